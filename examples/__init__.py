@@ -1,0 +1,1 @@
+"""Runnable scenarios from the seeds; `fsm-agent demo` runs them all."""

@@ -1,0 +1,329 @@
+"""What the worker does in a state: ask the model, run the proposed tool, collect receipts,
+or call a user action declared as `package.module:function`.
+
+Each action updates the run's facts and returns the outcome (the trigger to fire) plus the
+raw facts to journal. Actions never decide transitions; guards do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from fsm_agent import serde
+from fsm_agent.budgets import Budgets, Meters
+from fsm_agent.deadline import CallResult, ChildError, call_with_deadline
+from fsm_agent.journal import Facts
+from fsm_agent.lanes import ControlPlane, Lane, assert_local_halt
+from fsm_agent.models import ModelAdapter, ModelReply, Prompt
+from fsm_agent.proposals import (
+    FinalAnswer,
+    HandoffRequest,
+    Proposal,
+    Rejection,
+    ToolCall,
+    parse_reply,
+)
+from fsm_agent.receipts import receipts_complete
+from fsm_agent.record import ToolCallEntry
+from fsm_agent.snapshot import Snapshot, ToolOutcome
+from fsm_agent.spec import MachineSpec
+from fsm_agent.tools import ToolError, ToolRegistry, ToolResult
+
+Clock = Callable[[], float]
+
+
+@attrs.frozen
+class ActionResult:
+    """What a user action returns: the trigger to fire, and optionally a tool-shaped result."""
+
+    outcome: str
+    result: ToolResult | None = None
+
+
+def _jsonable(value: Any) -> Any:
+    """A raw value as JSON-able data for the journal (repr for anything else)."""
+    try:
+        json.dumps(value, allow_nan=False)
+        return value
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
+
+
+@attrs.define
+class RunContext:
+    """The mutable facts of one run; `snapshot()` freezes them for a decision."""
+
+    spec: MachineSpec
+    task: str
+    budgets: Budgets
+    model: ModelAdapter
+    tools: ToolRegistry
+    allowlist: tuple[str, ...]
+    halt_lane: Lane
+    control: ControlPlane
+    thrash_limit: int
+    clock: Clock
+    start: float
+    meters: Meters = attrs.field(factory=Meters)
+    proposal: Proposal | None = None
+    tool: ToolOutcome | None = None
+    evidence: bool = False
+    repeats: int = 0
+    last_call: str | None = None
+    history: list[dict[str, Any]] = attrs.field(factory=list)
+    tool_calls: list[ToolCallEntry] = attrs.field(factory=list)
+
+    def read_clock(self) -> int:
+        """One clock reading, as ms since the run started; updates the elapsed meter."""
+        ms = max(0, int((self.clock() - self.start) * 1000))
+        self.meters = attrs.evolve(self.meters, elapsed_ms=ms)
+        return ms
+
+    def remaining_s(self) -> float:
+        return max(0.0, (self.budgets.wall_clock_ms - self.read_clock()) / 1000)
+
+    def snapshot(self, state: str, outcome: str | None, next_action: str | None) -> Snapshot:
+        clock_ms = self.read_clock()
+        return Snapshot(
+            state=state,
+            outcome=outcome,
+            next_action=next_action,
+            clock_ms=clock_ms,
+            budgets=self.budgets,
+            meters=self.meters,
+            proposal=self.proposal,
+            tool=self.tool,
+            evidence=self.evidence,
+            allowlist=self.allowlist,
+            privileged=tuple(t.name for t in self.tools if t.privileged),
+            halt_lane=self.halt_lane,
+            control=self.control,
+            repeats=self.repeats,
+            thrash_limit=self.thrash_limit,
+        )
+
+    def add_cost(self, cost: Any) -> None:
+        if isinstance(cost, int | float) and not isinstance(cost, bool) and math.isfinite(cost):
+            self.meters = attrs.evolve(self.meters, cost=self.meters.cost + max(0.0, cost))
+
+
+def perform(ctx: RunContext, state: str, action: str) -> tuple[str, Facts]:
+    """Run the action of the current state; return (outcome trigger, facts)."""
+    if action == "model":
+        return _ask_model(ctx)
+    if action == "tool":
+        return _run_tool(ctx)
+    if action == "receipts":
+        return _collect_receipts(ctx)
+    return _user_action(ctx, state, action)
+
+
+def _outcome_of(proposal: Proposal) -> str:
+    if isinstance(proposal, ToolCall):
+        return "tool_call"
+    if isinstance(proposal, FinalAnswer):
+        return "answer"
+    if isinstance(proposal, HandoffRequest):
+        return "handoff"
+    return "rejected"
+
+
+def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
+    step = ctx.meters.steps_used + 1
+    ctx.meters = attrs.evolve(ctx.meters, steps_used=step)
+    prompt = Prompt(
+        task=ctx.task,
+        step=step,
+        max_steps=ctx.budgets.max_steps,
+        tools=ctx.allowlist,
+        history=tuple(ctx.history),
+    )
+    call = call_with_deadline(ctx.model, (prompt,), timeout_s=ctx.remaining_s(), name="model")
+    content: Any = None
+    cost = 0.0
+    error = None
+    if call.status == "ok":
+        content = call.value
+        if isinstance(call.value, ModelReply):
+            content, cost = call.value.content, call.value.cost
+            ctx.add_cost(cost)
+        proposal = parse_reply(content, step=step, max_steps=ctx.budgets.max_steps)
+    elif call.status == "timeout":
+        error = f"model call abandoned after {call.elapsed_ms} ms at the wall-clock deadline"
+        proposal = Rejection(kind="empty_response", detail=error)
+    else:
+        error = f"model call failed: {type(call.error).__name__}: {call.error}"
+        proposal = Rejection(kind="empty_response", detail=error)
+    ctx.proposal = proposal
+    if isinstance(proposal, ToolCall):
+        fingerprint = json.dumps([proposal.name, proposal.args], sort_keys=True, default=repr)
+        ctx.repeats = ctx.repeats + 1 if fingerprint == ctx.last_call else 1
+        ctx.last_call = fingerprint
+    elif isinstance(proposal, Rejection):
+        ctx.history.append({"role": "runtime", "content": f"reply rejected: {proposal.detail}"})
+    elif isinstance(proposal, FinalAnswer) and not ctx.evidence:
+        ctx.history.append(
+            {"role": "runtime", "content": "answer refused: no tool receipts back it yet"}
+        )
+    facts = Facts(action="model", reply=_jsonable(content), reply_cost=float(cost), error=error)
+    return _outcome_of(proposal), facts
+
+
+def _to_result(value: Any) -> ToolResult:
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, dict):
+        return serde.structure(value, ToolResult)
+    raise TypeError(
+        f"a tool returns ToolResult or a dict of its fields, got {type(value).__name__}"
+    )
+
+
+def _outcome_from_call(name: str, args: dict[str, Any], call: CallResult) -> ToolOutcome:
+    ms = call.elapsed_ms
+    if call.status == "timeout":
+        return ToolOutcome(
+            name=name,
+            args=args,
+            duration_ms=ms,
+            status="timed_out",
+            outcome_unknown=True,
+            error=f"no result within {call.elapsed_ms} ms; {call.fate} at the"
+            " deadline; its side effect is unknown",
+        )
+    if call.status == "error":
+        err = call.error
+        retryable = isinstance(err, ToolError | ChildError) and err.retryable
+        return ToolOutcome(
+            name=name,
+            args=args,
+            duration_ms=ms,
+            status="failed",
+            retryable=retryable,
+            error=f"{type(err).__name__}: {err}",
+        )
+    try:
+        result = _to_result(call.value)
+    except Exception as exc:
+        return ToolOutcome(
+            name=name,
+            args=args,
+            duration_ms=ms,
+            status="failed",
+            retryable=False,
+            error=f"tool returned a malformed result: {serde.error_path(exc)}",
+        )
+    return ToolOutcome(
+        status="returned",
+        receipts=result.receipts,
+        observation=_jsonable(result.observation),
+        final=result.final,
+        cost=result.cost,
+        name=name,
+        args=args,
+        duration_ms=ms,
+    )
+
+
+def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
+    proposal = ctx.proposal
+    if not isinstance(proposal, ToolCall) or ctx.tools.get(proposal.name) is None:
+        name = proposal.name if isinstance(proposal, ToolCall) else "?"
+        ctx.tool = ToolOutcome(
+            name=name, args={}, status="failed", error=f"no registered tool {name!r} to run"
+        )
+        return "tool_failed", Facts(action="tool", tool=ctx.tool, error=ctx.tool.error)
+    tool = ctx.tools.get(proposal.name)
+    assert tool is not None  # noqa: S101 - checked above
+    if tool.privileged:
+        assert_local_halt(ctx.control, "halt", ctx.halt_lane)
+    timeout_s = min(ctx.budgets.tool_timeout_ms / 1000, ctx.remaining_s())
+    started = time.monotonic()
+    call = call_with_deadline(
+        tool.fn,
+        kwargs=proposal.args,
+        timeout_s=timeout_s,
+        isolation=tool.isolation,
+        name=f"tool:{tool.name}",
+    )
+    if call.status == "timeout" and call.elapsed_ms < int(timeout_s * 1000):
+        call = attrs.evolve(call, elapsed_ms=int((time.monotonic() - started) * 1000))
+    outcome = _outcome_from_call(tool.name, dict(proposal.args), call)
+    ctx.tool = outcome
+    ctx.add_cost(outcome.cost)
+    ctx.meters = attrs.evolve(ctx.meters, tool_calls=ctx.meters.tool_calls + 1)
+    ctx.tool_calls.append(
+        ToolCallEntry(
+            step=ctx.meters.steps_used,
+            name=tool.name,
+            args=dict(proposal.args),
+            status=outcome.status,
+            receipts=outcome.receipts,
+            error=outcome.error,
+            outcome_unknown=outcome.outcome_unknown,
+            duration_ms=outcome.duration_ms,
+        )
+    )
+    trigger = {"returned": "tool_returned", "failed": "tool_failed", "timed_out": "tool_timed_out"}[
+        outcome.status
+    ]
+    if outcome.status != "returned":
+        ctx.history.append(
+            {"role": "tool", "name": tool.name, "status": outcome.status, "error": outcome.error}
+        )
+    return trigger, Facts(action="tool", tool=outcome, error=outcome.error)
+
+
+def _collect_receipts(ctx: RunContext) -> tuple[str, Facts]:
+    outcome = ctx.tool
+    if outcome is not None and outcome.status == "returned":
+        complete = receipts_complete(outcome.receipts)
+        ctx.evidence = ctx.evidence or complete
+        ctx.history.append(
+            {
+                "role": "tool",
+                "name": outcome.name,
+                "observation": outcome.observation,
+                "receipts": serde.unstructure(outcome.receipts),
+                "receipts_complete": complete,
+            }
+        )
+    return "collected", Facts(action="receipts")
+
+
+def _user_action(ctx: RunContext, state: str, ref: str) -> tuple[str, Facts]:
+    module_name, _, attr = ref.partition(":")
+    fn = getattr(importlib.import_module(module_name), attr)
+    snapshot = ctx.snapshot(state=state, outcome=None, next_action=ref)
+    timeout_s = min(ctx.budgets.tool_timeout_ms / 1000, ctx.remaining_s())
+    call = call_with_deadline(fn, (snapshot,), timeout_s=timeout_s, name=f"action:{ref}")
+    if call.status == "ok" and isinstance(call.value, ActionResult):
+        result = call.value.result or ToolResult()
+        ctx.tool = ToolOutcome(
+            name=ref,
+            args={},
+            status="returned",
+            receipts=result.receipts,
+            observation=_jsonable(result.observation),
+            final=result.final,
+            cost=result.cost,
+            duration_ms=call.elapsed_ms,
+        )
+        ctx.add_cost(result.cost)
+        return call.value.outcome, Facts(action=ref, tool=ctx.tool)
+    if call.status == "ok":
+        call = CallResult(
+            status="error",
+            elapsed_ms=call.elapsed_ms,
+            error=TypeError(f"a user action returns ActionResult, got {type(call.value).__name__}"),
+        )
+    ctx.tool = _outcome_from_call(ref, {}, call)
+    trigger = "timed_out" if call.status == "timeout" else "failed"
+    return trigger, Facts(action=ref, tool=ctx.tool, error=ctx.tool.error)

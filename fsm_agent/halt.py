@@ -1,0 +1,95 @@
+"""Halt reasons: one frozen enum, each reason mapped to exactly one terminal state.
+
+The first six are spelled exactly as in seed 001. Nothing outside this enum is ever
+written as a halt reason.
+"""
+
+from __future__ import annotations
+
+import enum
+from types import MappingProxyType
+from typing import Final
+
+
+class HaltReason(enum.StrEnum):
+    """Why a run ended. Frozen: adding a member is a reviewed change of the contract."""
+
+    COMPLETED = "completed"
+    MAX_STEPS = "max_steps"
+    WALL_CLOCK = "wall_clock"
+    TOOL_ERROR = "tool_error"
+    SCHEMA_FAIL = "schema_fail"
+    EMPTY_RESPONSE = "empty_response"
+    COST_CAP = "cost_cap"
+    RETRY_BUDGET = "retry_budget"
+    TOOL_TIMEOUT = "tool_timeout"
+    THRASHING = "thrashing"
+    HANDOFF_REQUESTED = "handoff_requested"
+    TOOL_REFUSED = "tool_refused"
+    HALT_PATH_REFUSED = "halt_path_refused"
+    NO_TRANSITION = "no_transition"
+    INTERRUPTED = "interrupted"
+    INTERNAL_ERROR = "internal_error"
+
+
+DONE: Final = "done"
+BUDGET_EXHAUSTED: Final = "budget_exhausted"
+HANDOFF: Final = "handoff"
+TERMINAL_STATES: Final = (DONE, BUDGET_EXHAUSTED, HANDOFF)
+
+#: reason -> the one terminal state it ends in.
+TERMINAL_STATE: Final = MappingProxyType(
+    {
+        HaltReason.COMPLETED: DONE,
+        HaltReason.MAX_STEPS: BUDGET_EXHAUSTED,
+        HaltReason.WALL_CLOCK: BUDGET_EXHAUSTED,
+        HaltReason.COST_CAP: BUDGET_EXHAUSTED,
+        HaltReason.RETRY_BUDGET: BUDGET_EXHAUSTED,
+        HaltReason.TOOL_TIMEOUT: BUDGET_EXHAUSTED,
+        HaltReason.THRASHING: BUDGET_EXHAUSTED,
+        HaltReason.TOOL_ERROR: HANDOFF,
+        HaltReason.SCHEMA_FAIL: HANDOFF,
+        HaltReason.EMPTY_RESPONSE: HANDOFF,
+        HaltReason.HANDOFF_REQUESTED: HANDOFF,
+        HaltReason.TOOL_REFUSED: HANDOFF,
+        HaltReason.HALT_PATH_REFUSED: HANDOFF,
+        HaltReason.NO_TRANSITION: HANDOFF,
+        HaltReason.INTERRUPTED: HANDOFF,
+        HaltReason.INTERNAL_ERROR: HANDOFF,
+    }
+)
+
+#: reason -> the meter named in the `cannot: <meter> budget` answer at a cap.
+CANNOT_METER: Final = MappingProxyType(
+    {
+        HaltReason.MAX_STEPS: "step",
+        HaltReason.WALL_CLOCK: "time",
+        HaltReason.COST_CAP: "money",
+        HaltReason.RETRY_BUDGET: "retry",
+        HaltReason.TOOL_TIMEOUT: "tool time",
+        HaltReason.THRASHING: "repeat",
+    }
+)
+
+#: terminal state -> process exit code of `fsm-agent run`.
+EXIT_CODE: Final = MappingProxyType({DONE: 0, BUDGET_EXHAUSTED: 3, HANDOFF: 4})
+EXIT_INVALID_INPUT: Final = 2
+EXIT_INTERNAL_ERROR: Final = 70
+
+
+def terminal_state(reason: HaltReason) -> str:
+    """The terminal state a halt reason ends in."""
+    return TERMINAL_STATE[reason]
+
+
+def cannot_answer(reason: HaltReason) -> str | None:
+    """`cannot: step budget` and friends for a budget halt; None for any other reason."""
+    meter = CANNOT_METER.get(reason)
+    return None if meter is None else f"cannot: {meter} budget"
+
+
+def exit_code(reason: HaltReason, signum: int | None = None) -> int:
+    """Exit code for a run that halted with `reason` (128+signal when a signal ended it)."""
+    if reason is HaltReason.INTERRUPTED and signum:
+        return 128 + signum
+    return EXIT_CODE[terminal_state(reason)]

@@ -1,0 +1,72 @@
+"""SIGTERM and SIGINT become a named halt (`interrupted`), never a lost run.
+
+The handler raises `Interrupted` in the main thread — except inside a critical section
+(a journal commit, the record write), where it only notes the signal; the section raises it
+on exit. So a signal never tears a journal write in half.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from fsm_agent.errors import Interrupted
+
+HANDLED = (signal.SIGTERM, signal.SIGINT)
+
+
+class InterruptGate:
+    """Owns the signal handlers for one run."""
+
+    def __init__(self) -> None:
+        self.pending: int | None = None
+        self.received: int | None = None
+        self._depth = 0
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.received = self.received or signum
+        if self._depth > 0:
+            self.pending = self.pending or signum
+            return
+        raise Interrupted(signum)
+
+    @contextmanager
+    def installed(self, enabled: bool = True) -> Iterator[InterruptGate]:
+        """Install the handlers for the duration (only possible in the main thread)."""
+        if not enabled or threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        for sig in HANDLED:
+            self._previous[int(sig)] = signal.signal(sig, self._handler)
+        try:
+            yield self
+        finally:
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous)
+
+    @contextmanager
+    def critical(self) -> Iterator[None]:
+        """Defer signals until the block is done; then raise a deferred one."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and self.pending is not None:
+            signum, self.pending = self.pending, None
+            raise Interrupted(signum)
+
+    @contextmanager
+    def shielded(self) -> Iterator[None]:
+        """Defer signals for the whole block and swallow them (the run is already halting)."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            self.pending = None

@@ -1,0 +1,108 @@
+"""The journal: what every store records, and the protocol every store implements.
+
+The journal is append-only and keyed by (run id, sequence number). Each event holds the
+snapshot a decision was made on, the result of every guard evaluated, and the raw facts of
+the action that led to it (model reply, tool outcome) — enough to replay the run without
+the model, the tools or a clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+import attrs
+
+from fsm_agent.budgets import Budgets
+from fsm_agent.halt import HaltReason
+from fsm_agent.record import HaltRecord
+from fsm_agent.snapshot import Snapshot, ToolOutcome
+
+SCHEMA_VERSION = 1
+EventKind = Literal["started", "transition"]
+RunStatus = Literal["running", "halted"]
+
+
+@attrs.frozen
+class GuardResult:
+    """One guard evaluated for one candidate transition (by index in the declaration)."""
+
+    transition: int
+    guard: str
+    result: bool
+
+
+@attrs.frozen
+class Facts:
+    """What the action performed in the source state produced, before any decision."""
+
+    action: str
+    reply: Any = None
+    reply_cost: float = 0.0
+    tool: ToolOutcome | None = None
+    error: str | None = None
+
+
+@attrs.frozen
+class Event:
+    """One journal entry. `started` opens a run; each `transition` is one state change.
+
+    `guards` are the results that chose this transition; `check` the budget guard evaluated
+    on entering `dest` (a tripped check is followed by a `budget` transition).
+    """
+
+    run_id: str
+    seq: int
+    kind: EventKind
+    at_ms: int
+    wall_time: str
+    source: str | None
+    dest: str
+    trigger: str | None
+    snapshot: Snapshot
+    guards: tuple[GuardResult, ...] = ()
+    check: tuple[GuardResult, ...] = ()
+    facts: Facts | None = None
+    halt: HaltReason | None = None
+    retry: bool = False
+    note: str | None = None
+
+
+@attrs.frozen
+class RunRow:
+    """One row per run: what ran, under which frozen budgets, and how it ended."""
+
+    run_id: str
+    machine: str
+    machine_sha256: str
+    machine_text: str
+    task: str
+    budgets: Budgets
+    state: str
+    status: RunStatus
+    started_at: str
+    steps_used: int = 0
+    halt_reason: HaltReason | None = None
+    ended_at: str | None = None
+    record: HaltRecord | None = None
+    pid: int | None = None
+
+
+class Store(Protocol):
+    """A journal backend. Every write commits before it returns, or raises `JournalError`."""
+
+    @property
+    def location(self) -> str: ...
+
+    def start_run(self, run: RunRow, first: Event) -> None: ...
+
+    def append(self, event: Event, *, steps_used: int) -> None: ...
+
+    def finish_run(self, record: HaltRecord) -> None: ...
+
+    def get_run(self, run_id: str) -> RunRow: ...
+
+    def list_runs(self, limit: int = 20) -> list[RunRow]: ...
+
+    def events(self, run_id: str) -> list[Event]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,122 @@
+"""The halt record: one JSON file per run, written atomically even when the run is killed.
+
+Field names from seed 001 (`task`, `max_steps`, `wall_clock_ms`, `steps_used`, `tool_calls`,
+`halt_reason`, `answer`) come first; ours follow. stdout lies when a process is killed; this
+file does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from fsm_agent import serde
+from fsm_agent.budgets import Budgets, Meters
+from fsm_agent.halt import HaltReason
+from fsm_agent.receipts import Receipt
+
+RECORD_FORMAT = "fsm-agent/halt-record/1"
+DEFAULT_RECORD_PATH = "halt-contract.json"
+
+
+@attrs.frozen
+class ToolCallEntry:
+    """One tool call as the operator reads it."""
+
+    step: int
+    name: str
+    args: dict[str, Any]
+    status: str
+    receipts: tuple[Receipt, ...] = ()
+    error: str | None = None
+    outcome_unknown: bool = False
+    duration_ms: int = 0
+
+
+@attrs.frozen
+class HandoffPacket:
+    """Why a person is needed, what was tried, and the arguments frozen for them to review."""
+
+    why: str
+    tried: tuple[str, ...] = ()
+    frozen_args: dict[str, Any] | None = None
+
+
+@attrs.frozen
+class HaltRecord:
+    """Why a run ended — one value from the enum — and the proof it ended inside its budgets."""
+
+    task: str
+    max_steps: int
+    wall_clock_ms: int
+    steps_used: int
+    tool_calls: tuple[ToolCallEntry, ...]
+    halt_reason: HaltReason
+    answer: str | None
+    run_id: str
+    machine: str
+    machine_sha256: str
+    terminal_state: str
+    budgets: Budgets
+    meters: Meters
+    started_at: str
+    ended_at: str
+    journal: str
+    handoff: HandoffPacket | None = None
+    error: str | None = None
+    signal: int | None = None
+    format: str = RECORD_FORMAT
+
+
+_SEED_FIELDS = (
+    "task",
+    "max_steps",
+    "wall_clock_ms",
+    "steps_used",
+    "tool_calls",
+    "halt_reason",
+    "answer",
+)
+
+
+def record_json(record: HaltRecord) -> str:
+    """The record as pretty JSON, seed 001's fields first."""
+    data = serde.unstructure(record)
+    ordered = {k: data[k] for k in _SEED_FIELDS} | {
+        k: v for k, v in data.items() if k not in _SEED_FIELDS
+    }
+    return json.dumps(ordered, indent=2, allow_nan=False) + "\n"
+
+
+def write_record(record: HaltRecord, path: str | os.PathLike[str]) -> Path:
+    """Write atomically: temp file in the same directory, fsync, rename, fsync the directory."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    directory.mkdir(parents=True, exist_ok=True)
+    text = record_json(record)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return target
+
+
+def read_record(path: str | os.PathLike[str]) -> HaltRecord:
+    """Read a record file back into a `HaltRecord` (strict: unknown fields are refused)."""
+    return serde.structure(json.loads(Path(path).read_text(encoding="utf-8")), HaltRecord)

@@ -1,0 +1,126 @@
+"""Tools: plain Python callables behind a small registry, each declaring its lane.
+
+A tools module exposes its registry as `TOOLS`; `fsm-agent run --tools MODULE` binds it. A
+tool returns a `ToolResult` (or a dict of the same shape); receipts are its evidence.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import attrs
+
+from fsm_agent.errors import AdapterError
+from fsm_agent.lanes import LOCAL, Lane
+from fsm_agent.receipts import Receipt
+
+Isolation = Literal["thread", "process"]
+
+
+@attrs.frozen
+class ToolResult:
+    """What a tool reports: receipts (the evidence), what the model sees, and the goal value.
+
+    `final` is the run's answer when this call achieves the goal; it counts only when the
+    receipts are complete.
+    """
+
+    receipts: tuple[Receipt, ...] = ()
+    observation: Any = None
+    final: str | None = None
+    cost: float = 0.0
+
+
+class ToolError(Exception):
+    """Raised by a tool to report a failure; `retryable=False` means retrying cannot help.
+
+    Any other exception a tool raises is treated as non-retryable: an unknown failure of a
+    side-effecting tool is not retried blindly.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        self.retryable = retryable
+        super().__init__(message)
+
+
+@attrs.frozen
+class Tool:
+    """One tool. `privileged` tools run only after the local halt check has cleared them;
+    `isolation="process"` runs each call in a child process that is killed at the deadline."""
+
+    name: str
+    fn: Callable[..., Any]
+    lane: Lane = LOCAL
+    privileged: bool = False
+    idempotent: bool = False
+    isolation: Isolation = "thread"
+
+
+class ToolRegistry:
+    """The tools a run may call, by name. The allow-list is checked against it."""
+
+    def __init__(self, tools: tuple[Tool, ...] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, tool: Tool) -> Tool:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} registered twice")
+        self._tools[tool.name] = tool
+        return tool
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        lane: Lane = LOCAL,
+        privileged: bool = False,
+        idempotent: bool = False,
+        isolation: Isolation = "thread",
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: register a function as a tool (named after the function by default)."""
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.add(
+                Tool(
+                    name=name or fn.__name__,
+                    fn=fn,
+                    lane=lane,
+                    privileged=privileged,
+                    idempotent=idempotent,
+                    isolation=isolation,
+                )
+            )
+            return fn
+
+        return register
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def load_tools(module_name: str) -> ToolRegistry:
+    """The `TOOLS` registry of an importable module."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AdapterError(f"cannot import tools module: {exc}", spec=module_name) from exc
+    registry = getattr(module, "TOOLS", None)
+    if not isinstance(registry, ToolRegistry):
+        raise AdapterError("module has no TOOLS = ToolRegistry(...)", spec=module_name)
+    return registry

@@ -1,0 +1,414 @@
+"""The worker loop: drives a declared machine until exactly one named halt.
+
+The loop performs the current state's action (data plane), takes a clock reading, checks
+the meters, and asks the compiled machine which transition the guards allow (control
+plane). Every transition is committed to the journal before the next action starts; the
+halt record is written atomically on every way out, signals included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from fsm_agent.actions import Clock, RunContext, perform
+from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
+from fsm_agent.errors import HaltPathRefused, Interrupted, InvalidInputError, JournalError
+from fsm_agent.halt import HANDOFF, HaltReason, cannot_answer, terminal_state
+from fsm_agent.interrupts import InterruptGate
+from fsm_agent.journal import Event, Facts, GuardResult, RunRow, Store
+from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
+from fsm_agent.machine import compile_machine
+from fsm_agent.models import ModelAdapter
+from fsm_agent.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
+from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, HandoffPacket, write_record
+from fsm_agent.snapshot import Snapshot
+from fsm_agent.spec import MachineSpec, TransitionSpec, load_machine
+from fsm_agent.tools import ToolRegistry
+
+DEFAULT_DB = "fsm-agent.db"
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def _open_store(store: Store | str | os.PathLike[str]) -> tuple[Store, bool]:
+    if isinstance(store, str | os.PathLike):
+        from stores.sqlite import SqliteStore
+
+        return SqliteStore(store), True
+    return store, False
+
+
+def run(
+    machine: MachineSpec | str,
+    *,
+    task: str,
+    model: ModelAdapter,
+    tools: ToolRegistry | None = None,
+    store: Store | str | os.PathLike[str] = DEFAULT_DB,
+    budgets: Mapping[str, int | float | None] | None = None,
+    record_path: str | os.PathLike[str] = DEFAULT_RECORD_PATH,
+    halt_lane: Lane = LOCAL,
+    control: ControlPlane | None = None,
+    thrash_limit: int | None = None,
+    clock: Clock = time.monotonic,
+    on_transition: Callable[[Event], None] | None = None,
+    handle_signals: bool = True,
+    run_id: str | None = None,
+) -> HaltRecord:
+    """Run `task` on a declared machine until it halts; return the halt record.
+
+    Budgets are the machine's defaults with `budgets` overrides applied, frozen at start.
+    The record is also written to `record_path` and stored in the journal. Raises
+    `InvalidInputError` for bad input before anything runs, and `JournalError` if the
+    journal cannot be written (after writing the record file).
+    """
+    spec = load_machine(machine) if isinstance(machine, str) else machine
+    if not isinstance(task, str) or not task.strip():
+        raise InvalidInputError("task must be a non-empty string")
+    frozen = make_budgets(spec.budgets, budgets)
+    if thrash_limit is not None and (isinstance(thrash_limit, bool) or thrash_limit < 0):
+        raise InvalidInputError(f"thrash_limit must be >= 0 (0 = off), got {thrash_limit!r}")
+    registry = tools if tools is not None else ToolRegistry()
+    allowlist = (
+        registry.names() if spec.tools is None else tuple(n for n in spec.tools if n in registry)
+    )
+    opened, owned = _open_store(store)
+    try:
+        ctx = RunContext(
+            spec=spec,
+            task=task,
+            budgets=frozen,
+            model=model,
+            tools=registry,
+            allowlist=allowlist,
+            halt_lane=halt_lane,
+            control=control or ControlPlane(),
+            thrash_limit=spec.thrash_limit if thrash_limit is None else thrash_limit,
+            clock=clock,
+            start=clock(),
+        )
+        worker = _Worker(
+            ctx,
+            opened,
+            run_id or uuid.uuid4().hex[:12],
+            Path(record_path),
+            on_transition,
+            handle_signals,
+        )
+        return worker.execute()
+    finally:
+        if owned:
+            opened.close()
+
+
+async def arun(machine: MachineSpec | str, **kwargs: Any) -> HaltRecord:
+    """`run` for async callers: the loop runs on a worker thread (async adapters are awaited
+    there, each call in its own event loop). Signals stay with the caller's process."""
+    kwargs["handle_signals"] = False
+    return await asyncio.to_thread(run, machine, **kwargs)
+
+
+class _Worker:
+    def __init__(
+        self,
+        ctx: RunContext,
+        store: Store,
+        run_id: str,
+        record_path: Path,
+        on_transition: Callable[[Event], None] | None,
+        handle_signals: bool,
+    ) -> None:
+        self.ctx, self.store, self.run_id = ctx, store, run_id
+        self.spec = ctx.spec
+        self.compiled = compile_machine(ctx.spec)
+        self.record_path, self.on_transition = record_path, on_transition
+        self.handle_signals = handle_signals
+        self.gate = InterruptGate()
+        self.state = ctx.spec.initial
+        self.seq = 0
+        self.started_at = now_iso()
+        self.record: HaltRecord | None = None
+
+    @property
+    def budgets(self) -> Budgets:
+        return self.ctx.budgets
+
+    def execute(self) -> HaltRecord:
+        with self.gate.installed(self.handle_signals):
+            try:
+                self._start()
+                while self.record is None:
+                    self._step()
+            except Interrupted as exc:
+                self._force(HaltReason.INTERRUPTED, "signal", str(exc), signum=exc.signum)
+            except JournalError as exc:
+                self._write_file_only(exc)
+                raise
+            except HaltPathRefused as exc:
+                self._force(HaltReason.HALT_PATH_REFUSED, "refused", str(exc))
+            except Exception as exc:
+                self._force(HaltReason.INTERNAL_ERROR, "error", f"{type(exc).__name__}: {exc}")
+        assert self.record is not None  # noqa: S101 - every path above sets it
+        return self.record
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        first = self.ctx.snapshot(self.state, None, self.spec.state(self.state).action)
+        check = self.compiled.check_budget(self.state, first)
+        row = RunRow(
+            run_id=self.run_id,
+            machine=self.spec.name,
+            machine_sha256=self.spec.sha256,
+            machine_text=self.spec.text,
+            task=self.ctx.task,
+            budgets=self.budgets,
+            state=self.state,
+            status="running",
+            started_at=self.started_at,
+            pid=os.getpid(),
+        )
+        event = Event(
+            run_id=self.run_id,
+            seq=0,
+            kind="started",
+            at_ms=first.clock_ms,
+            wall_time=self.started_at,
+            source=None,
+            dest=self.state,
+            trigger=None,
+            snapshot=first,
+            check=check.guards,
+        )
+        with self.gate.critical():
+            self.store.start_run(row, event)
+        self._notify(event)
+        for key in sorted(CONTROL_KEYS):
+            why = halt_lane_refusal(self.ctx.control, key, self.ctx.halt_lane)
+            if why is not None:
+                raise HaltPathRefused(why, decision_key=key, lane=self.ctx.halt_lane)
+        if check.transition is not None:
+            self._halt_on(check.transition, first, check.guards, None, self._meter(first))
+
+    def _step(self) -> None:
+        state = self.state
+        outcome, facts = perform(self.ctx, state, self.spec.state(state).action or "")
+        snap = self.ctx.snapshot(state, outcome, None)
+        budget = self.compiled.check_budget(state, snap)
+        if budget.transition is not None:
+            self._halt_on(budget.transition, snap, budget.guards, facts, self._meter(snap))
+            return
+        decision = self.compiled.decide(state, outcome, snap)
+        chosen = decision.transition
+        if chosen is None:
+            self._force(
+                HaltReason.NO_TRANSITION,
+                outcome,
+                f"no transition out of {state!r} on {outcome!r} passed its guards",
+                snapshot=snap,
+                guards=decision.guards,
+                facts=facts,
+            )
+            return
+        if chosen.retry:
+            meters = self.ctx.meters
+            self.ctx.meters = attrs.evolve(meters, retries_used=meters.retries_used + 1)
+        dest = self.spec.state(chosen.dest)
+        if dest.terminal:
+            self._halt_on(chosen, snap, decision.guards, facts, chosen.halt)
+            return
+        after = attrs.evolve(
+            snap, state=dest.name, outcome=None, next_action=dest.action, meters=self.ctx.meters
+        )
+        check = self.compiled.check_budget(dest.name, after)
+        self._journal(
+            chosen.trigger,
+            dest.name,
+            snap,
+            decision.guards,
+            check.guards,
+            facts,
+            retry=chosen.retry,
+        )
+        if check.transition is not None:
+            self._halt_on(check.transition, after, check.guards, None, self._meter(after))
+
+    @staticmethod
+    def _meter(snap: Snapshot) -> HaltReason | None:
+        return tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
+
+    # --- journal and halting ----------------------------------------------------------------
+
+    def _journal(
+        self,
+        trigger: str | None,
+        dest: str,
+        snapshot: Snapshot,
+        guards: tuple[GuardResult, ...] = (),
+        check: tuple[GuardResult, ...] = (),
+        facts: Facts | None = None,
+        *,
+        halt: HaltReason | None = None,
+        retry: bool = False,
+        note: str | None = None,
+    ) -> None:
+        event = Event(
+            run_id=self.run_id,
+            seq=self.seq + 1,
+            kind="transition",
+            at_ms=snapshot.clock_ms,
+            wall_time=now_iso(),
+            source=self.state,
+            dest=dest,
+            trigger=trigger,
+            snapshot=snapshot,
+            guards=guards,
+            check=check,
+            facts=facts,
+            halt=halt,
+            retry=retry,
+            note=note,
+        )
+        with self.gate.critical():
+            self.store.append(event, steps_used=self.ctx.meters.steps_used)
+            self.seq, self.state = event.seq, dest
+        self._notify(event)
+
+    def _notify(self, event: Event) -> None:
+        if self.on_transition is not None:
+            self.on_transition(event)
+
+    def _halt_on(
+        self,
+        transition: TransitionSpec,
+        snapshot: Snapshot,
+        guards: tuple[GuardResult, ...],
+        facts: Facts | None,
+        reason: HaltReason | None,
+    ) -> None:
+        assert reason is not None  # noqa: S101 - the loader requires halt on terminal edges
+        with self.gate.shielded():
+            self._journal(
+                transition.trigger, transition.dest, snapshot, guards, (), facts, halt=reason
+            )
+            self._finish(reason, None, None)
+
+    def _force(
+        self,
+        reason: HaltReason,
+        trigger: str | None,
+        note: str,
+        *,
+        snapshot: Snapshot | None = None,
+        guards: tuple[GuardResult, ...] = (),
+        facts: Facts | None = None,
+        signum: int | None = None,
+    ) -> None:
+        """A halt the runtime imposes (signal, refusal, error): journaled like any other."""
+        with self.gate.shielded():
+            if self.spec.state(self.state).terminal:
+                self._finish(self.record.halt_reason if self.record else reason, note, signum)
+                return
+            snap = snapshot or self.ctx.snapshot(self.state, None, None)
+            try:
+                self._journal(
+                    trigger, terminal_state(reason), snap, guards, (), facts, halt=reason, note=note
+                )
+            except JournalError as exc:
+                self._write_file_only(exc, reason=reason, signum=signum)
+                raise
+            self._finish(reason, note, signum)
+
+    def _finish(self, reason: HaltReason, note: str | None, signum: int | None) -> None:
+        self.record = self._build_record(reason, note, signum)
+        write_record(self.record, self.record_path)
+        self.store.finish_run(self.record)
+
+    def _write_file_only(
+        self, exc: JournalError, *, reason: HaltReason | None = None, signum: int | None = None
+    ) -> None:
+        """The journal failed: still leave a record on disk that says so."""
+        with self.gate.shielded():
+            if reason is None:
+                reason = self.record.halt_reason if self.record else HaltReason.INTERNAL_ERROR
+            self.record = self._build_record(reason, f"journal write failed: {exc}", signum)
+            write_record(self.record, self.record_path)
+
+    # --- the record ---------------------------------------------------------------------------
+
+    def _build_record(self, reason: HaltReason, note: str | None, signum: int | None) -> HaltRecord:
+        ctx, state = self.ctx, terminal_state(reason)
+        error = note if note is not None else self._explain(reason)
+        return HaltRecord(
+            task=ctx.task,
+            max_steps=self.budgets.max_steps,
+            wall_clock_ms=self.budgets.wall_clock_ms,
+            steps_used=ctx.meters.steps_used,
+            tool_calls=tuple(ctx.tool_calls),
+            halt_reason=reason,
+            answer=self._answer(reason),
+            run_id=self.run_id,
+            machine=self.spec.name,
+            machine_sha256=self.spec.sha256,
+            terminal_state=state,
+            budgets=self.budgets,
+            meters=ctx.meters,
+            started_at=self.started_at,
+            ended_at=now_iso(),
+            journal=self.store.location,
+            handoff=self._packet(reason, error) if state == HANDOFF else None,
+            error=None if reason is HaltReason.COMPLETED else error,
+            signal=signum,
+        )
+
+    def _answer(self, reason: HaltReason) -> str | None:
+        if reason is HaltReason.COMPLETED:
+            if isinstance(self.ctx.proposal, FinalAnswer):
+                return self.ctx.proposal.text
+            return self.ctx.tool.final if self.ctx.tool else None
+        return cannot_answer(reason)
+
+    def _explain(self, reason: HaltReason) -> str | None:
+        ctx, proposal, tool = self.ctx, self.ctx.proposal, self.ctx.tool
+        if reason in (HaltReason.SCHEMA_FAIL, HaltReason.EMPTY_RESPONSE):
+            if isinstance(proposal, Rejection):
+                return proposal.detail
+            if isinstance(proposal, FinalAnswer):
+                return "final answer refused: no tool call returned complete receipts"
+        if reason in (HaltReason.TOOL_ERROR, HaltReason.RETRY_BUDGET, HaltReason.TOOL_TIMEOUT):
+            return tool.error if tool else None
+        if reason is HaltReason.TOOL_REFUSED and isinstance(proposal, ToolCall):
+            return (
+                f"tool {proposal.name!r} is not on the allow-list"
+                f" ({', '.join(ctx.allowlist) or 'empty'}); nothing was run"
+            )
+        if reason is HaltReason.HANDOFF_REQUESTED and isinstance(proposal, HandoffRequest):
+            return proposal.why
+        meter = cannot_answer(reason)
+        return f"{meter} (meters: {json.dumps(attrs.asdict(ctx.meters))})" if meter else None
+
+    def _packet(self, reason: HaltReason, why: str | None) -> HandoffPacket:
+        tried = tuple(
+            f"step {c.step}: {c.name}({json.dumps(c.args, sort_keys=True, default=repr)})"
+            f" -> {c.status}"
+            for c in self.ctx.tool_calls
+        )
+        proposal = self.ctx.proposal
+        frozen = (
+            {"tool": proposal.name, "args": proposal.args}
+            if isinstance(proposal, ToolCall)
+            else None
+        )
+        return HandoffPacket(why=why or reason.value, tried=tried, frozen_args=frozen)

@@ -1,0 +1,262 @@
+"""The embedded default store: one plain SQLite file, WAL mode, one commit per transition.
+
+Schema and reads go through sqlite-utils (migrations, `rows_where`); the hot path is a bound
+INSERT on the same connection, committed per transition. The `events` table is append-only:
+triggers refuse UPDATE and DELETE, so nothing journaled is rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+from fsm_agent import serde
+from fsm_agent.budgets import Budgets
+from fsm_agent.errors import JournalError, RunNotFound
+from fsm_agent.halt import HaltReason
+from fsm_agent.journal import Event, Facts, GuardResult, RunRow
+from fsm_agent.record import HaltRecord
+from fsm_agent.snapshot import Snapshot
+
+Synchronous = Literal["NORMAL", "FULL"]
+migrations = Migrations("fsm_agent")
+
+
+@migrations(name="m001_runs_and_events")
+def _m001(db: sqlite_utils.Database) -> None:
+    db.execute("""
+        CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY, machine TEXT NOT NULL, machine_sha256 TEXT NOT NULL,
+            machine_text TEXT NOT NULL, task TEXT NOT NULL, budgets TEXT NOT NULL,
+            state TEXT NOT NULL, status TEXT NOT NULL, halt_reason TEXT,
+            steps_used INTEGER NOT NULL DEFAULT 0, started_at TEXT NOT NULL, ended_at TEXT,
+            record TEXT, pid INTEGER)""")
+    db.execute("CREATE INDEX runs_started_at ON runs (started_at)")
+    db.execute("""
+        CREATE TABLE events (
+            run_id TEXT NOT NULL REFERENCES runs (run_id), seq INTEGER NOT NULL,
+            kind TEXT NOT NULL, at_ms INTEGER NOT NULL, wall_time TEXT NOT NULL,
+            source TEXT, dest TEXT NOT NULL, trigger TEXT, halt TEXT,
+            retry INTEGER NOT NULL DEFAULT 0, guards TEXT NOT NULL, checks TEXT NOT NULL,
+            snapshot TEXT NOT NULL, facts TEXT, note TEXT,
+            PRIMARY KEY (run_id, seq)) WITHOUT ROWID""")
+    for op in ("UPDATE", "DELETE"):
+        db.execute(f"""
+            CREATE TRIGGER events_no_{op.lower()} BEFORE {op} ON events
+            BEGIN SELECT RAISE(ABORT, 'the journal is append-only'); END""")
+
+
+_INSERT_EVENT = """
+    INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
+                        guards, checks, snapshot, facts, note)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+_UPDATE_RUN = "UPDATE runs SET state = ?, steps_used = ? WHERE run_id = ?"
+
+
+def _json(value: Any) -> str:
+    return serde.dumps(value)
+
+
+class SqliteStore:
+    """A journal in one SQLite file (default `./fsm-agent.db`)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "NORMAL",
+        busy_timeout_ms: int = 5000,
+    ) -> None:
+        self.path = str(path)
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'FULL' else 'NORMAL'}")
+            self.db = sqlite_utils.Database(conn)
+            known = {m.name for m in migrations._migrations}
+            unknown = [m.name for m in migrations.applied(self.db) if m.name not in known]
+            if unknown:
+                raise JournalError(
+                    f"written by a newer fsm-agent (migration {unknown[0]!r});"
+                    " upgrade fsm-agent to read it",
+                    path=self.path,
+                )
+            migrations.apply(self.db)
+        except sqlite3.Error as exc:
+            raise JournalError(
+                f"cannot open as a journal ({exc}); is it an fsm-agent database?", path=self.path
+            ) from exc
+        self.conn = conn
+
+    @property
+    def location(self) -> str:
+        return str(Path(self.path).resolve())
+
+    @contextmanager
+    def _tx(self, run_id: str | None) -> Iterator[sqlite3.Connection]:
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise JournalError(f"write failed: {exc}", path=self.path, run_id=run_id) from exc
+
+    def _event_params(self, e: Event) -> tuple[Any, ...]:
+        return (
+            e.run_id,
+            e.seq,
+            e.kind,
+            e.at_ms,
+            e.wall_time,
+            e.source,
+            e.dest,
+            e.trigger,
+            None if e.halt is None else e.halt.value,
+            int(e.retry),
+            _json(e.guards),
+            _json(e.check),
+            _json(e.snapshot),
+            None if e.facts is None else _json(e.facts),
+            e.note,
+        )
+
+    def start_run(self, run: RunRow, first: Event) -> None:
+        with self._tx(run.run_id) as conn:
+            conn.execute(
+                "INSERT INTO runs (run_id, machine, machine_sha256, machine_text, task, budgets,"
+                " state, status, steps_used, started_at, pid) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    run.run_id,
+                    run.machine,
+                    run.machine_sha256,
+                    run.machine_text,
+                    run.task,
+                    _json(run.budgets),
+                    run.state,
+                    run.status,
+                    run.steps_used,
+                    run.started_at,
+                    run.pid,
+                ),
+            )
+            conn.execute(_INSERT_EVENT, self._event_params(first))
+
+    def append(self, event: Event, *, steps_used: int) -> None:
+        with self._tx(event.run_id) as conn:
+            conn.execute(_INSERT_EVENT, self._event_params(event))
+            conn.execute(_UPDATE_RUN, (event.dest, steps_used, event.run_id))
+
+    def finish_run(self, record: HaltRecord) -> None:
+        with self._tx(record.run_id) as conn:
+            conn.execute(
+                "UPDATE runs SET status = 'halted', state = ?, halt_reason = ?, steps_used = ?,"
+                " ended_at = ?, record = ? WHERE run_id = ?",
+                (
+                    record.terminal_state,
+                    record.halt_reason.value,
+                    record.steps_used,
+                    record.ended_at,
+                    _json(record),
+                    record.run_id,
+                ),
+            )
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def _row(self, row: dict[str, Any]) -> RunRow:
+        try:
+            return RunRow(
+                run_id=row["run_id"],
+                machine=row["machine"],
+                machine_sha256=row["machine_sha256"],
+                machine_text=row["machine_text"],
+                task=row["task"],
+                budgets=serde.structure(json.loads(row["budgets"]), Budgets),
+                state=row["state"],
+                status=row["status"],
+                started_at=row["started_at"],
+                steps_used=row["steps_used"],
+                halt_reason=None if row["halt_reason"] is None else HaltReason(row["halt_reason"]),
+                ended_at=row["ended_at"],
+                record=None
+                if row["record"] is None
+                else serde.structure(json.loads(row["record"]), HaltRecord),
+                pid=row["pid"],
+            )
+        except Exception as exc:
+            raise JournalError(
+                f"corrupt runs row: {serde.error_path(exc)}",
+                path=self.path,
+                run_id=row.get("run_id"),
+            ) from exc
+
+    def get_run(self, run_id: str) -> RunRow:
+        rows = self._read(lambda: list(self.db["runs"].rows_where("run_id = ?", [run_id])))
+        if not rows:
+            raise RunNotFound(run_id, path=self.path)
+        return self._row(rows[0])
+
+    def list_runs(self, limit: int = 20) -> list[RunRow]:
+        rows = self._read(
+            lambda: list(
+                self.db["runs"].rows_where(order_by="started_at DESC, run_id DESC", limit=limit)
+            )
+        )
+        return [self._row(r) for r in rows]
+
+    def events(self, run_id: str) -> list[Event]:
+        self.get_run(run_id)
+        rows = self._read(
+            lambda: list(self.db["events"].rows_where("run_id = ?", [run_id], order_by="seq"))
+        )
+        return [self._event(r) for r in rows]
+
+    def _event(self, r: dict[str, Any]) -> Event:
+        try:
+            return Event(
+                run_id=r["run_id"],
+                seq=r["seq"],
+                kind=r["kind"],
+                at_ms=r["at_ms"],
+                wall_time=r["wall_time"],
+                source=r["source"],
+                dest=r["dest"],
+                trigger=r["trigger"],
+                snapshot=serde.structure(json.loads(r["snapshot"]), Snapshot),
+                guards=serde.structure(json.loads(r["guards"]), tuple[GuardResult, ...]),
+                check=serde.structure(json.loads(r["checks"]), tuple[GuardResult, ...]),
+                facts=None
+                if r["facts"] is None
+                else serde.structure(json.loads(r["facts"]), Facts),
+                halt=None if r["halt"] is None else HaltReason(r["halt"]),
+                retry=bool(r["retry"]),
+                note=r["note"],
+            )
+        except Exception as exc:
+            raise JournalError(
+                f"corrupt event seq {r.get('seq')}: {serde.error_path(exc)}",
+                path=self.path,
+                run_id=r.get("run_id"),
+            ) from exc
+
+    def _read(self, query: Any) -> list[dict[str, Any]]:
+        try:
+            return query()  # type: ignore[no-any-return]
+        except sqlite3.Error as exc:
+            raise JournalError(f"read failed: {exc}", path=self.path) from exc
+
+    def close(self) -> None:
+        self.conn.close()
