@@ -6,12 +6,14 @@ status of "200" is not the integer 200).
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any, TypeVar
 
 import cattrs
 from cattrs.strategies import configure_tagged_union
 
+from fsm_agent.halt import HaltReason
 from fsm_agent.proposals import Proposal
 
 T = TypeVar("T")
@@ -47,6 +49,14 @@ converter.register_structure_hook(int, _strict_int)
 converter.register_structure_hook(float, _strict_float)
 converter.register_structure_hook(str, _strict_str)
 converter.register_structure_hook(bool, _strict_bool)
+
+
+def _enum(value: Any, cls: type[enum.Enum]) -> enum.Enum:
+    return cls(value)
+
+
+# A StrEnum is a str subclass: without this the strict `str` hook would return a plain str.
+converter.register_structure_hook(HaltReason, _enum)
 configure_tagged_union(Proposal, converter, tag_name="type")
 converter.register_unstructure_hook(
     Proposal | None,

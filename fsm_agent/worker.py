@@ -396,8 +396,15 @@ class _Worker:
             )
         if reason is HaltReason.HANDOFF_REQUESTED and isinstance(proposal, HandoffRequest):
             return proposal.why
-        meter = cannot_answer(reason)
-        return f"{meter} (meters: {json.dumps(attrs.asdict(ctx.meters))})" if meter else None
+        m, b = ctx.meters, self.budgets
+        spent = {
+            HaltReason.MAX_STEPS: f"step budget spent: {m.steps_used} of {b.max_steps} model calls",
+            HaltReason.WALL_CLOCK: f"time budget spent: {m.elapsed_ms} ms of {b.wall_clock_ms} ms",
+            HaltReason.COST_CAP: f"money budget spent: ${m.cost:.4f} of ${b.max_cost:.4f}",
+            HaltReason.THRASHING: f"the same tool call was proposed {ctx.repeats} times in a row"
+            f" (limit {ctx.thrash_limit})",
+        }
+        return spent.get(reason)
 
     def _packet(self, reason: HaltReason, why: str | None) -> HandoffPacket:
         tried = tuple(

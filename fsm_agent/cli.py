@@ -1,0 +1,349 @@
+"""The `fsm-agent` command: a thin layer over the library.
+
+Library errors become `Error: …` and an exit code here and only here: 0 the run reached
+`done`; 3 `budget_exhausted`; 4 `handoff`; 2 invalid input; 70 internal error; 128+N when
+signal N interrupted the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from fsm_agent import serde
+from fsm_agent.errors import FsmAgentError, InvalidInputError
+from fsm_agent.halt import EXIT_INTERNAL_ERROR, EXIT_INVALID_INPUT, exit_code
+from fsm_agent.journal import Event, RunRow
+from fsm_agent.models import load_model
+from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, record_json
+from fsm_agent.spec import load_machine
+from fsm_agent.tools import ToolRegistry, load_tools
+from fsm_agent.worker import DEFAULT_DB
+from fsm_agent.worker import run as run_machine
+from stores.sqlite import SqliteStore
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CliError(click.ClickException):
+    """An error shown as `Error: …` with a chosen exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.exit_code = code
+
+
+def _errors(fn: F) -> F:
+    """Turn library errors into `Error: …` lines with the documented exit codes."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InvalidInputError as exc:
+            raise CliError(str(exc), EXIT_INVALID_INPUT) from exc
+        except FsmAgentError as exc:
+            raise CliError(str(exc), EXIT_INTERNAL_ERROR) from exc
+        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
+            raise
+        except Exception as exc:
+            if os.environ.get("FSM_AGENT_DEBUG"):
+                raise
+            raise CliError(
+                f"internal error: {type(exc).__name__}: {exc} (set FSM_AGENT_DEBUG=1 for a"
+                " traceback)",
+                EXIT_INTERNAL_ERROR,
+            ) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def db_option(fn: F) -> F:
+    return click.option(
+        "--db",
+        "db",
+        default=DEFAULT_DB,
+        show_default=True,
+        envvar="FSM_AGENT_DB",
+        help="Journal database (SQLite file). Env: FSM_AGENT_DB.",
+    )(fn)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(fn)
+
+
+@contextmanager
+def _store(db: str, *, must_exist: bool = False) -> Iterator[SqliteStore]:
+    if must_exist and not Path(db).exists():
+        raise InvalidInputError(f"no journal at {db} (run something first, or pass --db PATH)")
+    store = SqliteStore(db)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fsm-agent")
+def cli() -> None:
+    """Run AI agents as declared finite-state machines; every halt is named and journaled."""
+
+
+def _progress(max_steps: int, quiet: bool) -> Callable[[Event], None]:
+    def show(event: Event) -> None:
+        if quiet or event.kind != "transition":
+            return
+        steps = event.snapshot.meters.steps_used
+        line = f"step {steps}/{max_steps}  {event.source} → {event.dest}  [{event.trigger}]"
+        if event.halt is not None:
+            line += f"  halt: {event.halt.value}"
+        # A closed terminal or pipe must not change how the run ends.
+        with contextlib.suppress(OSError):
+            click.echo(line, err=True)
+
+    return show
+
+
+def _summary(record: HaltRecord) -> str:
+    lines = [
+        f"halted: {record.halt_reason.value} ({record.terminal_state})"
+        f" after {record.steps_used}/{record.max_steps} steps,"
+        f" {len(record.tool_calls)} tool call(s), {record.meters.elapsed_ms} ms",
+    ]
+    if record.answer is not None:
+        lines.append(f"answer: {record.answer}")
+    if record.error:
+        lines.append(f"why: {record.error}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("machine")
+@click.option("--task", required=True, help="What the agent is asked to do.")
+@click.option(
+    "--model",
+    "model_spec",
+    required=True,
+    help="scripted:PATH (JSON list of replies) or python:module:callable.",
+)
+@click.option("--tools", "tools_module", help="Module exposing TOOLS = ToolRegistry(...).")
+@db_option
+@click.option("--max-steps", type=int, help="Cap on model calls (retries included).")
+@click.option("--wall-clock-ms", type=int, help="Cap on the run's real time.")
+@click.option("--max-cost", type=float, help="Cap on dollars reported by the adapters.")
+@click.option("--tool-timeout-ms", type=int, help="Cap on one tool call's time.")
+@click.option("--max-retries", type=int, help="Retries allowed after failures.")
+@click.option("--thrash-limit", type=int, help="Halt after N identical tool calls in a row.")
+@click.option(
+    "--record",
+    "record_path",
+    default=DEFAULT_RECORD_PATH,
+    show_default=True,
+    help="Where the halt record JSON is written.",
+)
+@json_option
+@click.option("--quiet", "-q", is_flag=True, help="No live step lines on stderr.")
+@_errors
+def run(
+    machine: str,
+    task: str,
+    model_spec: str,
+    tools_module: str | None,
+    db: str,
+    max_steps: int | None,
+    wall_clock_ms: int | None,
+    max_cost: float | None,
+    tool_timeout_ms: int | None,
+    max_retries: int | None,
+    thrash_limit: int | None,
+    record_path: str,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Run TASK on MACHINE (a declared name or a .yaml path) until it halts.
+
+    Prints the run id, a live `step N/M` line per transition (stderr), and the halt.
+    Exit code: 0 done, 3 budget_exhausted, 4 handoff, 2 invalid input, 70 internal error.
+    """
+    spec = load_machine(machine)
+    model = load_model(model_spec)
+    tools = load_tools(tools_module) if tools_module else ToolRegistry()
+    budgets = {
+        "max_steps": max_steps,
+        "wall_clock_ms": wall_clock_ms,
+        "max_cost": max_cost,
+        "tool_timeout_ms": tool_timeout_ms,
+        "max_retries": max_retries,
+    }
+    state: dict[str, int] = {}
+
+    def on_transition(event: Event) -> None:
+        if event.kind == "started":
+            state["max"] = event.snapshot.budgets.max_steps
+            if not as_json:
+                click.echo(f"run {event.run_id} started ({spec.name}, journal {db})")
+        else:
+            _progress(state["max"], quiet)(event)
+
+    with _store(db) as store:
+        record = run_machine(
+            spec,
+            task=task,
+            model=model,
+            tools=tools,
+            store=store,
+            budgets=budgets,
+            record_path=record_path,
+            thrash_limit=thrash_limit,
+            on_transition=on_transition,
+        )
+    if as_json:
+        click.echo(record_json(record), nl=False)
+    else:
+        click.echo(_summary(record))
+        click.echo(f"record: {record_path}")
+    sys.exit(exit_code(record.halt_reason, record.signal))
+
+
+def _run_dict(row: RunRow) -> dict[str, Any]:
+    data: dict[str, Any] = serde.unstructure(row)
+    data.pop("machine_text")
+    data.pop("record")
+    return data
+
+
+@cli.command()
+@db_option
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
+@json_option
+@_errors
+def runs(db: str, limit: int, as_json: bool) -> None:
+    """List recent runs: id, machine, halt reason, steps used/max, start time."""
+    with _store(db, must_exist=True) as store:
+        rows = store.list_runs(limit)
+    if as_json:
+        click.echo(json.dumps([_run_dict(r) for r in rows], indent=2))
+        return
+    if not rows:
+        click.echo(f"no runs in {db}")
+        return
+    header = f"{'RUN':<12}  {'MACHINE':<16}  {'HALT':<18}  {'STEPS':>7}  STARTED"
+    click.echo(header)
+    for r in rows:
+        reason = r.halt_reason.value if r.halt_reason else f"({r.status})"
+        steps = f"{r.steps_used}/{r.budgets.max_steps}"
+        click.echo(f"{r.run_id:<12}  {r.machine:<16}  {reason:<18}  {steps:>7}  {r.started_at}")
+
+
+def _guards_text(event: Event) -> str:
+    return ", ".join(f"{g.guard}={'T' if g.result else 'F'}" for g in event.guards)
+
+
+@cli.command()
+@click.argument("run_id")
+@db_option
+@json_option
+@_errors
+def show(run_id: str, db: str, as_json: bool) -> None:
+    """Show one run: its halt record, then every transition with its guards."""
+    with _store(db, must_exist=True) as store:
+        row = store.get_run(run_id)
+        events = store.events(run_id)
+    if as_json:
+        data = {
+            "run": _run_dict(row),
+            "record": serde.unstructure(row.record),
+            "events": [serde.unstructure(e) for e in events],
+        }
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(f"run {row.run_id}  machine {row.machine}  ({row.machine_sha256[:12]})")
+    click.echo(f"task: {row.task}")
+    if row.record is None:
+        click.echo(f"status: {row.status} in {row.state} (no halt record: interrupted or live)")
+    else:
+        click.echo(_summary(row.record))
+    click.echo("")
+    click.echo(f"{'SEQ':>4}  {'STEP':>5}  TRANSITION")
+    for e in events:
+        step = f"{e.snapshot.meters.steps_used}/{e.snapshot.budgets.max_steps}"
+        if e.kind == "started":
+            click.echo(f"{e.seq:>4}  {step:>5}  start → {e.dest}")
+            continue
+        line = f"{e.seq:>4}  {step:>5}  {e.source} → {e.dest}  [{e.trigger}]"
+        if e.halt is not None:
+            line += f"  halt: {e.halt.value}"
+        if e.guards:
+            line += f"  guards: {_guards_text(e)}"
+        click.echo(line)
+
+
+@cli.command()
+@click.argument("machine")
+@_errors
+def validate(machine: str) -> None:
+    """Load and check MACHINE (a declared name or a .yaml path); exit 2 with the error."""
+    spec = load_machine(machine)
+    declared = [t for t in spec.transitions if not t.implicit]
+    click.echo(
+        f"ok: {spec.name} ({len(spec.states)} states, {len(declared)} transitions,"
+        f" sha256 {spec.sha256[:12]}) from {spec.source}"
+    )
+
+
+@cli.command()
+@db_option
+@click.option(
+    "--records",
+    "records_dir",
+    type=click.Path(file_okay=False),
+    help="Directory for the halt records (default: a temporary directory).",
+)
+@_errors
+def demo(db: str, records_dir: str | None) -> None:
+    """Run every example scenario from the seeds and print how each one halted."""
+    from examples.scenarios import SCENARIOS, run_scenario
+
+    with contextlib_tempdir(records_dir) as folder, _store(db) as store:
+        click.echo(f"journal: {db}   records: {folder}")
+        header = f"{'SCENARIO':<34}  {'STATE':<16}  {'HALT REASON':<18}  {'STEPS':>5}  OK"
+        click.echo(header)
+        wrong = []
+        for n, scenario in enumerate(SCENARIOS, 1):
+            record = run_scenario(scenario, store=store, record_path=folder / f"{n:02d}.json")
+            ok = record.halt_reason is scenario.expected
+            if not ok:
+                wrong.append(f"{scenario.name}: {record.halt_reason.value}")
+            steps = f"{record.steps_used}/{record.max_steps}"
+            click.echo(
+                f"{scenario.name:<34}  {record.terminal_state:<16}"
+                f"  {record.halt_reason.value:<18}  {steps:>5}  {'yes' if ok else 'NO'}"
+            )
+    click.echo(f"{len(SCENARIOS)} scenarios; inspect one with: fsm-agent show RUN_ID --db {db}")
+    if wrong:
+        raise CliError("unexpected halts: " + "; ".join(wrong), EXIT_INTERNAL_ERROR)
+
+
+@contextmanager
+def contextlib_tempdir(path: str | None) -> Iterator[Path]:
+    if path is not None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        yield Path(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="fsm-agent-demo-") as tmp:
+        yield Path(tmp)
+
+
+def main() -> None:
+    cli(prog_name="fsm-agent")
