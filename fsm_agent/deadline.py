@@ -118,7 +118,12 @@ def _in_child(
     proc.start()
     child.close()
     try:
-        if not parent.poll(max(timeout_s, 0.0)):
+        try:
+            ready = parent.poll(max(timeout_s, 0.0))
+        except BaseException:
+            proc.kill()  # interrupted while waiting: the child must not outlive the run
+            raise
+        if not ready:
             proc.kill()
             proc.join(5)
             return CallResult(status="timeout", elapsed_ms=_ms_since(start), fate="killed")
