@@ -35,12 +35,16 @@ from stores.sqlite import SqliteStore
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class CliError(click.ClickException):
-    """An error shown as `Error: …` with a chosen exit code."""
+class InputProblem(click.ClickException):
+    """Invalid input, shown as `Error: …`; exit 2."""
 
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.exit_code = code
+    exit_code = EXIT_INVALID_INPUT
+
+
+class InternalProblem(click.ClickException):
+    """An internal or journal error, shown as `Error: …`; exit 70."""
+
+    exit_code = EXIT_INTERNAL_ERROR
 
 
 def _errors(fn: F) -> F:
@@ -51,18 +55,17 @@ def _errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except InvalidInputError as exc:
-            raise CliError(str(exc), EXIT_INVALID_INPUT) from exc
+            raise InputProblem(str(exc)) from exc
         except FsmAgentError as exc:
-            raise CliError(str(exc), EXIT_INTERNAL_ERROR) from exc
+            raise InternalProblem(str(exc)) from exc
         except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
             raise
         except Exception as exc:
             if os.environ.get("FSM_AGENT_DEBUG"):
                 raise
-            raise CliError(
+            raise InternalProblem(
                 f"internal error: {type(exc).__name__}: {exc} (set FSM_AGENT_DEBUG=1 for a"
-                " traceback)",
-                EXIT_INTERNAL_ERROR,
+                " traceback)"
             ) from exc
 
     return wrapper  # type: ignore[return-value]
@@ -332,7 +335,7 @@ def demo(db: str, records_dir: str | None) -> None:
             )
     click.echo(f"{len(SCENARIOS)} scenarios; inspect one with: fsm-agent show RUN_ID --db {db}")
     if wrong:
-        raise CliError("unexpected halts: " + "; ".join(wrong), EXIT_INTERNAL_ERROR)
+        raise InternalProblem("unexpected halts: " + "; ".join(wrong))
 
 
 @contextmanager

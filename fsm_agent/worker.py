@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import os
 import time
 import uuid
@@ -23,17 +22,17 @@ import attrs
 from fsm_agent.actions import Clock, RunContext, perform
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.errors import HaltPathRefused, Interrupted, InvalidInputError, JournalError
-from fsm_agent.halt import HANDOFF, HaltReason, cannot_answer, terminal_state
+from fsm_agent.halt import HaltReason, terminal_state
 from fsm_agent.interrupts import InterruptGate
 from fsm_agent.journal import Event, Facts, GuardResult, RunRow, Store
 from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
 from fsm_agent.machine import compile_machine
 from fsm_agent.models import ModelAdapter
-from fsm_agent.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
-from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, HandoffPacket, write_record
+from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, write_record
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, TransitionSpec, load_machine
 from fsm_agent.tools import ToolRegistry
+from fsm_agent.verdict import build_record
 
 DEFAULT_DB = "fsm-agent.db"
 
@@ -140,6 +139,7 @@ class _Worker:
         self.seq = 0
         self.started_at = now_iso()
         self.record: HaltRecord | None = None
+        self.journaled = False  # True once the run's first event is committed
 
     @property
     def budgets(self) -> Budgets:
@@ -194,6 +194,7 @@ class _Worker:
         )
         with self.gate.critical():
             self.store.start_run(row, event)
+            self.journaled = True
         self._notify(event)
         for key in sorted(CONTROL_KEYS):
             why = halt_lane_refusal(self.ctx.control, key, self.ctx.halt_lane)
@@ -318,6 +319,10 @@ class _Worker:
     ) -> None:
         """A halt the runtime imposes (signal, refusal, error): journaled like any other."""
         with self.gate.shielded():
+            if not self.journaled:  # stopped before the run reached the journal
+                self.record = self._record_for(reason, note, signum)
+                write_record(self.record, self.record_path)
+                return
             if self.spec.state(self.state).terminal:
                 self._finish(self.record.halt_reason if self.record else reason, note, signum)
                 return
@@ -332,7 +337,7 @@ class _Worker:
             self._finish(reason, note, signum)
 
     def _finish(self, reason: HaltReason, note: str | None, signum: int | None) -> None:
-        self.record = self._build_record(reason, note, signum)
+        self.record = self._record_for(reason, note, signum)
         write_record(self.record, self.record_path)
         self.store.finish_run(self.record)
 
@@ -343,79 +348,17 @@ class _Worker:
         with self.gate.shielded():
             if reason is None:
                 reason = self.record.halt_reason if self.record else HaltReason.INTERNAL_ERROR
-            self.record = self._build_record(reason, f"journal write failed: {exc}", signum)
+            self.record = self._record_for(reason, f"journal write failed: {exc}", signum)
             write_record(self.record, self.record_path)
 
-    # --- the record ---------------------------------------------------------------------------
-
-    def _build_record(self, reason: HaltReason, note: str | None, signum: int | None) -> HaltRecord:
-        ctx, state = self.ctx, terminal_state(reason)
-        error = note if note is not None else self._explain(reason)
-        return HaltRecord(
-            task=ctx.task,
-            max_steps=self.budgets.max_steps,
-            wall_clock_ms=self.budgets.wall_clock_ms,
-            steps_used=ctx.meters.steps_used,
-            tool_calls=tuple(ctx.tool_calls),
-            halt_reason=reason,
-            answer=self._answer(reason),
+    def _record_for(self, reason: HaltReason, note: str | None, signum: int | None) -> HaltRecord:
+        return build_record(
+            self.ctx,
+            reason,
+            note,
+            signum,
             run_id=self.run_id,
-            machine=self.spec.name,
-            machine_sha256=self.spec.sha256,
-            terminal_state=state,
-            budgets=self.budgets,
-            meters=ctx.meters,
             started_at=self.started_at,
             ended_at=now_iso(),
             journal=self.store.location,
-            handoff=self._packet(reason, error) if state == HANDOFF else None,
-            error=None if reason is HaltReason.COMPLETED else error,
-            signal=signum,
         )
-
-    def _answer(self, reason: HaltReason) -> str | None:
-        if reason is HaltReason.COMPLETED:
-            if isinstance(self.ctx.proposal, FinalAnswer):
-                return self.ctx.proposal.text
-            return self.ctx.tool.final if self.ctx.tool else None
-        return cannot_answer(reason)
-
-    def _explain(self, reason: HaltReason) -> str | None:
-        ctx, proposal, tool = self.ctx, self.ctx.proposal, self.ctx.tool
-        if reason in (HaltReason.SCHEMA_FAIL, HaltReason.EMPTY_RESPONSE):
-            if isinstance(proposal, Rejection):
-                return proposal.detail
-            if isinstance(proposal, FinalAnswer):
-                return "final answer refused: no tool call returned complete receipts"
-        if reason in (HaltReason.TOOL_ERROR, HaltReason.RETRY_BUDGET, HaltReason.TOOL_TIMEOUT):
-            return tool.error if tool else None
-        if reason is HaltReason.TOOL_REFUSED and isinstance(proposal, ToolCall):
-            return (
-                f"tool {proposal.name!r} is not on the allow-list"
-                f" ({', '.join(ctx.allowlist) or 'empty'}); nothing was run"
-            )
-        if reason is HaltReason.HANDOFF_REQUESTED and isinstance(proposal, HandoffRequest):
-            return proposal.why
-        m, b = ctx.meters, self.budgets
-        spent = {
-            HaltReason.MAX_STEPS: f"step budget spent: {m.steps_used} of {b.max_steps} model calls",
-            HaltReason.WALL_CLOCK: f"time budget spent: {m.elapsed_ms} ms of {b.wall_clock_ms} ms",
-            HaltReason.COST_CAP: f"money budget spent: ${m.cost:.4f} of ${b.max_cost:.4f}",
-            HaltReason.THRASHING: f"the same tool call was proposed {ctx.repeats} times in a row"
-            f" (limit {ctx.thrash_limit})",
-        }
-        return spent.get(reason)
-
-    def _packet(self, reason: HaltReason, why: str | None) -> HandoffPacket:
-        tried = tuple(
-            f"step {c.step}: {c.name}({json.dumps(c.args, sort_keys=True, default=repr)})"
-            f" -> {c.status}"
-            for c in self.ctx.tool_calls
-        )
-        proposal = self.ctx.proposal
-        frozen = (
-            {"tool": proposal.name, "args": proposal.args}
-            if isinstance(proposal, ToolCall)
-            else None
-        )
-        return HandoffPacket(why=why or reason.value, tried=tried, frozen_args=frozen)
