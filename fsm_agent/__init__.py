@@ -16,6 +16,7 @@ from fsm_agent.errors import (
     RunNotFound,
 )
 from fsm_agent.halt import HaltReason, terminal_state
+from fsm_agent.journal import Event, GuardResult, RunRow, Store
 from fsm_agent.lanes import LOCAL, ControlPlane, Lane, assert_local_halt
 from fsm_agent.models import ModelReply, Prompt, ScriptedModel, load_model
 from fsm_agent.proposals import parse_reply
@@ -33,7 +34,9 @@ __all__ = [
     "BudgetError",
     "Budgets",
     "ControlPlane",
+    "Event",
     "FsmAgentError",
+    "GuardResult",
     "HaltPathRefused",
     "HaltReason",
     "HaltRecord",
@@ -47,8 +50,10 @@ __all__ = [
     "Prompt",
     "Receipt",
     "RunNotFound",
+    "RunRow",
     "ScriptedModel",
     "Snapshot",
+    "Store",
     "Tool",
     "ToolError",
     "ToolRegistry",

@@ -11,7 +11,7 @@ import importlib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -75,6 +75,7 @@ class RunContext:
     proposal: Proposal | None = None
     tool: ToolOutcome | None = None
     evidence: bool = False
+    grounded: tuple[str, ...] = ()
     repeats: int = 0
     last_call: str | None = None
     history: list[dict[str, Any]] = attrs.field(factory=list)
@@ -101,6 +102,7 @@ class RunContext:
             proposal=self.proposal,
             tool=self.tool,
             evidence=self.evidence,
+            grounded=self.grounded,
             allowlist=self.allowlist,
             privileged=tuple(t.name for t in self.tools if t.privileged),
             halt_lane=self.halt_lane,
@@ -168,9 +170,12 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
         ctx.last_call = fingerprint
     elif isinstance(proposal, Rejection):
         ctx.history.append({"role": "runtime", "content": f"reply rejected: {proposal.detail}"})
-    elif isinstance(proposal, FinalAnswer) and not ctx.evidence:
+    elif isinstance(proposal, FinalAnswer):
         ctx.history.append(
-            {"role": "runtime", "content": "answer refused: no tool receipts back it yet"}
+            {
+                "role": "runtime",
+                "content": "a final answer counts only if a receipted tool result backs it",
+            }
         )
     facts = Facts(action="model", reply=_jsonable(content), reply_cost=float(cost), error=error)
     return _outcome_of(proposal), facts
@@ -232,6 +237,26 @@ def _outcome_from_call(name: str, args: dict[str, Any], call: CallResult) -> Too
     )
 
 
+def _record_call(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
+    """Make `outcome` the run's last tool outcome and count it: meters, cost, the record."""
+    ctx.tool = outcome
+    ctx.add_cost(outcome.cost)
+    ctx.meters = attrs.evolve(ctx.meters, tool_calls=ctx.meters.tool_calls + 1)
+    ctx.tool_calls.append(
+        ToolCallEntry(
+            step=ctx.meters.steps_used,
+            name=outcome.name,
+            args=dict(outcome.args),
+            status=outcome.status,
+            receipts=outcome.receipts,
+            error=outcome.error,
+            outcome_unknown=outcome.outcome_unknown,
+            duration_ms=outcome.duration_ms,
+        )
+    )
+    return outcome
+
+
 def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
     proposal = ctx.proposal
     if not isinstance(proposal, ToolCall) or ctx.tools.get(proposal.name) is None:
@@ -255,22 +280,7 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
     )
     if call.status == "timeout" and call.elapsed_ms < int(timeout_s * 1000):
         call = attrs.evolve(call, elapsed_ms=int((time.monotonic() - started) * 1000))
-    outcome = _outcome_from_call(tool.name, dict(proposal.args), call)
-    ctx.tool = outcome
-    ctx.add_cost(outcome.cost)
-    ctx.meters = attrs.evolve(ctx.meters, tool_calls=ctx.meters.tool_calls + 1)
-    ctx.tool_calls.append(
-        ToolCallEntry(
-            step=ctx.meters.steps_used,
-            name=tool.name,
-            args=dict(proposal.args),
-            status=outcome.status,
-            receipts=outcome.receipts,
-            error=outcome.error,
-            outcome_unknown=outcome.outcome_unknown,
-            duration_ms=outcome.duration_ms,
-        )
-    )
+    outcome = _record_call(ctx, _outcome_from_call(tool.name, dict(proposal.args), call))
     trigger = {"returned": "tool_returned", "failed": "tool_failed", "timed_out": "tool_timed_out"}[
         outcome.status
     ]
@@ -281,11 +291,43 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
     return trigger, Facts(action="tool", tool=outcome, error=outcome.error)
 
 
+MAX_GROUNDED = 256
+
+
+def _leaves(value: Any, depth: int = 0) -> Iterator[str]:
+    if depth > 8:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield str(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v, depth + 1)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _leaves(v, depth + 1)
+
+
+def _grounded_values(known: tuple[str, ...], outcome: ToolOutcome) -> tuple[str, ...]:
+    """Add what a receipted result returned: its final, its receipt ids, its observation."""
+    found = [outcome.final] if outcome.final else []
+    found += [r.id for r in outcome.receipts]
+    found += [v[:4096] for v in _leaves(outcome.observation)]
+    merged = list(known)
+    for value in found:
+        if value and value not in merged:
+            merged.append(value)
+    return tuple(merged[:MAX_GROUNDED])
+
+
 def _collect_receipts(ctx: RunContext) -> tuple[str, Facts]:
     outcome = ctx.tool
     if outcome is not None and outcome.status == "returned":
         complete = receipts_complete(outcome.receipts)
         ctx.evidence = ctx.evidence or complete
+        if complete:
+            ctx.grounded = _grounded_values(ctx.grounded, outcome)
         ctx.history.append(
             {
                 "role": "tool",
@@ -306,7 +348,7 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> tuple[str, Facts]:
     call = call_with_deadline(fn, (snapshot,), timeout_s=timeout_s, name=f"action:{ref}")
     if call.status == "ok" and isinstance(call.value, ActionResult):
         result = call.value.result or ToolResult()
-        ctx.tool = ToolOutcome(
+        outcome = ToolOutcome(
             name=ref,
             args={},
             status="returned",
@@ -316,14 +358,13 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> tuple[str, Facts]:
             cost=result.cost,
             duration_ms=call.elapsed_ms,
         )
-        ctx.add_cost(result.cost)
-        return call.value.outcome, Facts(action=ref, tool=ctx.tool)
+        return call.value.outcome, Facts(action=ref, tool=_record_call(ctx, outcome))
     if call.status == "ok":
         call = CallResult(
             status="error",
             elapsed_ms=call.elapsed_ms,
             error=TypeError(f"a user action returns ActionResult, got {type(call.value).__name__}"),
         )
-    ctx.tool = _outcome_from_call(ref, {}, call)
+    outcome = _record_call(ctx, _outcome_from_call(ref, {}, call))
     trigger = "timed_out" if call.status == "timeout" else "failed"
-    return trigger, Facts(action=ref, tool=ctx.tool, error=ctx.tool.error)
+    return trigger, Facts(action=ref, tool=outcome, error=outcome.error)

@@ -14,7 +14,7 @@ from typing import Final
 
 from fsm_agent.budgets import tripped_meter
 from fsm_agent.lanes import halt_lane_refusal
-from fsm_agent.proposals import Rejection, ToolCall
+from fsm_agent.proposals import FinalAnswer, Rejection, ToolCall
 from fsm_agent.receipts import receipts_complete as _receipts_complete
 from fsm_agent.snapshot import Snapshot
 
@@ -67,6 +67,22 @@ def evidence_complete(s: Snapshot) -> bool:
     return s.evidence
 
 
+def _norm(text: str) -> str:
+    return " ".join(text.casefold().split()).strip(" .!?,;:")
+
+
+def answer_grounded(s: Snapshot) -> bool:
+    """The final answer contains a value a receipted tool call returned, or is contained in one.
+
+    An answer no tool result backs — the model's own invention — is refused.
+    """
+    if not isinstance(s.proposal, FinalAnswer):
+        return False
+    answer = _norm(s.proposal.text)
+    values = [v for v in (_norm(g) for g in s.grounded) if v]
+    return bool(answer) and any(v in answer or answer in v for v in values)
+
+
 def thrashing(s: Snapshot) -> bool:
     """The same tool with the same arguments was proposed `thrash_limit` times in a row."""
     return s.thrash_limit > 0 and s.repeats >= s.thrash_limit
@@ -99,6 +115,7 @@ BUILTIN_GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
             receipts_complete,
             goal_satisfied,
             evidence_complete,
+            answer_grounded,
             thrashing,
             retries_left,
             error_retryable,

@@ -38,9 +38,10 @@ class FinalAnswer:
 
 @attrs.frozen
 class HandoffRequest:
-    """The model asks for a human."""
+    """The model asks for a human, optionally with the arguments it wants reviewed."""
 
     why: str
+    args: dict[str, Any] | None = None
     ignored: tuple[str, ...] = ()
 
 
@@ -151,9 +152,12 @@ def _from_object(reply: dict[Any, Any], *, step: int, max_steps: int) -> Proposa
             return _schema('a final answer must be {"answer": "<non-empty string>"}')
         return FinalAnswer(text=body, ignored=ignored)
     if key == "handoff":
+        shape = 'a handoff must be {"handoff": {"why": "<reason>", "args": {...}}} (args optional)'
         if not isinstance(body, dict) or not _nonempty_str(body.get("why")):
-            return _schema('a handoff must be {"handoff": {"why": "<reason>"}}')
-        return HandoffRequest(why=body["why"], ignored=ignored)
+            return _schema(shape)
+        if set(body) - {"why", "args"} or not isinstance(body.get("args", {}), dict):
+            return _schema(shape)
+        return HandoffRequest(why=body["why"], args=body.get("args"), ignored=ignored)
     return _tool_call(body, ignored, step=step, max_steps=max_steps)
 
 

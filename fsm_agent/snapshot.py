@@ -51,6 +51,8 @@ class Snapshot:
     proposal: Proposal | None = None
     tool: ToolOutcome | None = None
     evidence: bool = False
+    #: Values (finals, receipt ids, observation strings) returned by receipted tool calls.
+    grounded: tuple[str, ...] = ()
     allowlist: tuple[str, ...] = ()
     privileged: tuple[str, ...] = ()
     halt_lane: Lane = LOCAL

@@ -115,12 +115,20 @@ class ToolRegistry:
 
 
 def load_tools(module_name: str) -> ToolRegistry:
-    """The `TOOLS` registry of an importable module."""
+    """The registry of an importable tools module, for one run.
+
+    A module whose tools keep state exposes `new_tools()`, which returns a fresh registry per
+    run (so state never leaks from one run into the next); otherwise its `TOOLS`.
+    """
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise AdapterError(f"cannot import tools module: {exc}", spec=module_name) from exc
-    registry = getattr(module, "TOOLS", None)
+    factory = getattr(module, "new_tools", None)
+    registry = factory() if callable(factory) else getattr(module, "TOOLS", None)
     if not isinstance(registry, ToolRegistry):
-        raise AdapterError("module has no TOOLS = ToolRegistry(...)", spec=module_name)
+        raise AdapterError(
+            "module has no TOOLS = ToolRegistry(...) (or new_tools() returning one)",
+            spec=module_name,
+        )
     return registry

@@ -7,6 +7,7 @@ Pure functions of the run's facts and its halt reason; the answer at a cap is al
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from fsm_agent.actions import RunContext
 from fsm_agent.halt import HANDOFF, HaltReason, cannot_answer, terminal_state
@@ -67,7 +68,7 @@ def explain(ctx: RunContext, reason: HaltReason) -> str | None:
         if isinstance(proposal, Rejection):
             return proposal.detail
         if isinstance(proposal, FinalAnswer):
-            return "final answer refused: no tool call returned complete receipts"
+            return "final answer refused: no receipted tool result backs it"
     if reason in (HaltReason.TOOL_ERROR, HaltReason.RETRY_BUDGET, HaltReason.TOOL_TIMEOUT):
         return tool.error if tool else None
     if reason is HaltReason.TOOL_REFUSED and isinstance(proposal, ToolCall):
@@ -95,7 +96,9 @@ def handoff_packet(ctx: RunContext, reason: HaltReason, why: str | None) -> Hand
         for c in ctx.tool_calls
     )
     proposal = ctx.proposal
-    frozen = (
-        {"tool": proposal.name, "args": proposal.args} if isinstance(proposal, ToolCall) else None
-    )
+    frozen: dict[str, Any] | None = None
+    if isinstance(proposal, ToolCall):
+        frozen = {"tool": proposal.name, "args": proposal.args}
+    elif isinstance(proposal, HandoffRequest) and proposal.args is not None:
+        frozen = dict(proposal.args)
     return HandoffPacket(why=why or reason.value, tried=tried, frozen_args=frozen)

@@ -1,6 +1,8 @@
 """The lab's tools. `lookup` always says "try again" unless it knows the fact.
 
-`LOOKUP_SLEEP_MS` makes it slow (the wall-clock checkpoint); `hang` never returns.
+`slow_lookup` sleeps for the time its `sleep_ms` argument names (the wall-clock checkpoint,
+no environment needed); `lookup` still honours `LOOKUP_SLEEP_MS` as in the seed; `hang`
+never returns in time.
 """
 
 from __future__ import annotations
@@ -15,18 +17,28 @@ TOOLS = ToolRegistry()
 FACTS = {"lab password": "swordfish"}
 
 
+def _answer(q: str) -> ToolResult:
+    key = q.strip().lower()
+    fact = FACTS.get(key)
+    if fact is None:
+        return ToolResult(observation="No exact match. Refine your query and look up again.")
+    return ToolResult(receipts=(Receipt(status=200, id=f"fact:{key}"),), observation={"fact": fact})
+
+
 @TOOLS.tool()
 def lookup(q: str = "") -> ToolResult:
     """Look a fact up. A hit carries a receipt; a miss says to refine the query (a trap)."""
     delay_ms = int(os.environ.get("LOOKUP_SLEEP_MS", "0") or 0)
     if delay_ms:
         time.sleep(delay_ms / 1000)
-    fact = FACTS.get(q.strip().lower())
-    if fact is None:
-        return ToolResult(observation="No exact match. Refine your query and look up again.")
-    return ToolResult(
-        receipts=(Receipt(status=200, id=f"fact:{q.strip().lower()}"),), observation={"fact": fact}
-    )
+    return _answer(q)
+
+
+@TOOLS.tool()
+def slow_lookup(q: str = "", sleep_ms: int = 3000) -> ToolResult:
+    """`lookup` after sleeping `sleep_ms` milliseconds: it would succeed, but too late."""
+    time.sleep(max(0, sleep_ms) / 1000)
+    return _answer(q)
 
 
 @TOOLS.tool()

@@ -1,0 +1,5 @@
+"""`python -m examples.payments_retry`: run seed 000's scenarios and print how each halted."""
+
+from examples.runner import main
+
+raise SystemExit(main("payments_retry"))
