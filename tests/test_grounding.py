@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fsm_agent import HaltReason, HaltRecord, ScriptedModel, load_tools, run
-from fsm_agent.proposals import parse_reply
+from fsm_agent.proposals import Rejection, parse_reply
 
 LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
 MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
@@ -57,6 +57,6 @@ def test_a_handoff_may_carry_arguments_for_the_packet(tmp_path: Path) -> None:
     assert record.halt_reason is HaltReason.HANDOFF_REQUESTED
     assert record.handoff is not None
     assert record.handoff.frozen_args == {"amount_cents": 1299}
-    assert parse_reply({"handoff": {"why": "x", "extra": 1}}, step=1, max_steps=8).kind == (
-        "schema_fail"
-    )
+    rejected = parse_reply({"handoff": {"why": "x", "extra": 1}}, step=1, max_steps=8)
+    assert isinstance(rejected, Rejection)
+    assert rejected.kind == "schema_fail"
