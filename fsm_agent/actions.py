@@ -7,7 +7,6 @@ raw facts to journal. Actions never decide transitions; guards do.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import time
@@ -32,6 +31,7 @@ from fsm_agent.proposals import (
 )
 from fsm_agent.receipts import receipts_complete
 from fsm_agent.record import ToolCallEntry
+from fsm_agent.refs import resolve_callable
 from fsm_agent.snapshot import Snapshot, ToolOutcome
 from fsm_agent.spec import MachineSpec
 from fsm_agent.tools import ToolError, ToolRegistry, ToolResult
@@ -341,8 +341,7 @@ def _collect_receipts(ctx: RunContext) -> tuple[str, Facts]:
 
 
 def _user_action(ctx: RunContext, state: str, ref: str) -> tuple[str, Facts]:
-    module_name, _, attr = ref.partition(":")
-    fn = getattr(importlib.import_module(module_name), attr)
+    fn = resolve_callable(ref)
     snapshot = ctx.snapshot(state=state, outcome=None, next_action=ref)
     timeout_s = min(ctx.budgets.tool_timeout_ms / 1000, ctx.remaining_s())
     call = call_with_deadline(fn, (snapshot,), timeout_s=timeout_s, name=f"action:{ref}")

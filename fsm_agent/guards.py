@@ -7,7 +7,7 @@ from this registry — never lazily, never by magic attribute lookup.
 
 from __future__ import annotations
 
-import importlib
+import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final
@@ -16,6 +16,7 @@ from fsm_agent.budgets import tripped_meter
 from fsm_agent.lanes import halt_lane_refusal
 from fsm_agent.proposals import FinalAnswer, Rejection, ToolCall
 from fsm_agent.receipts import receipts_complete as _receipts_complete
+from fsm_agent.refs import BadReference, resolve_callable
 from fsm_agent.snapshot import Snapshot
 
 Guard = Callable[[Snapshot], bool]
@@ -71,16 +72,21 @@ def _norm(text: str) -> str:
     return " ".join(text.casefold().split()).strip(" .!?,;:")
 
 
-def answer_grounded(s: Snapshot) -> bool:
-    """The final answer contains a value a receipted tool call returned, or is contained in one.
+def _contains_words(outer: str, inner: str) -> bool:
+    """`inner` occurs in `outer` as whole words (so "1" is not found in "cap_1")."""
+    return len(inner) >= 2 and re.search(rf"(?<!\w){re.escape(inner)}(?!\w)", outer) is not None
 
-    An answer no tool result backs — the model's own invention — is refused.
-    """
+
+def answer_grounded(s: Snapshot) -> bool:
+    """The final answer equals, contains or is contained in (as whole words) a value that a
+    tool call with complete receipts returned. The model's own invention is refused."""
     if not isinstance(s.proposal, FinalAnswer):
         return False
     answer = _norm(s.proposal.text)
     values = [v for v in (_norm(g) for g in s.grounded) if v]
-    return bool(answer) and any(v in answer or answer in v for v in values)
+    return bool(answer) and any(
+        v == answer or _contains_words(answer, v) or _contains_words(v, answer) for v in values
+    )
 
 
 def thrashing(s: Snapshot) -> bool:
@@ -125,7 +131,7 @@ BUILTIN_GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
 )
 
 
-class UnknownGuard(LookupError):
+class UnknownGuard(BadReference):
     """A guard reference that does not resolve (converted to a `MachineSpecError` by the loader)."""
 
 
@@ -144,15 +150,10 @@ def resolve_guard(ref: str) -> Guard:
         inner = ref[4:].strip()
         return _negate(inner, resolve_guard(inner))
     if ":" in ref:
-        module_name, _, attr = ref.partition(":")
         try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise UnknownGuard(f"cannot import module {module_name!r}: {exc}") from exc
-        fn = getattr(module, attr, None)
-        if not callable(fn):
-            raise UnknownGuard(f"{module_name!r} has no callable {attr!r}")
-        return fn  # type: ignore[no-any-return]
+            return resolve_callable(ref)
+        except BadReference as exc:
+            raise UnknownGuard(f"guard {ref!r}: {exc}") from exc
     try:
         return BUILTIN_GUARDS[ref]
     except KeyError:

@@ -6,7 +6,6 @@ optionally wrapped in `ModelReply` to report the call's cost. It may declare its
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ import attrs
 
 from fsm_agent.errors import AdapterError
 from fsm_agent.lanes import LOCAL, Lane
+from fsm_agent.refs import BadReference, resolve_callable
 
 
 @attrs.frozen
@@ -105,15 +105,10 @@ def load_model(spec: str) -> ModelAdapter:
     if kind == "scripted" and rest:
         return ScriptedModel.from_file(rest)
     if kind == "python" and ":" in rest:
-        module_name, _, attr = rest.partition(":")
         try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise AdapterError(f"cannot import {module_name!r}: {exc}", spec=spec) from exc
-        fn = getattr(module, attr, None)
-        if not callable(fn):
-            raise AdapterError(f"{module_name!r} has no callable {attr!r}", spec=spec)
-        return fn  # type: ignore[no-any-return]
+            return resolve_callable(rest)
+        except BadReference as exc:
+            raise AdapterError(str(exc), spec=spec) from exc
     raise AdapterError("a model spec is scripted:PATH or python:module:callable", spec=spec)
 
 

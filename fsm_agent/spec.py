@@ -22,6 +22,7 @@ from fsm_agent.budgets import BUDGET_NAMES, check_budget
 from fsm_agent.errors import BudgetError, MachineSpecError
 from fsm_agent.guards import UnknownGuard, resolve_guard
 from fsm_agent.halt import BUDGET_EXHAUSTED, TERMINAL_STATE, TERMINAL_STATES, HaltReason
+from fsm_agent.refs import BadReference, resolve_callable
 
 #: Built-in actions and the outcomes (triggers) each one can produce.
 ACTION_OUTCOMES: Mapping[str, tuple[str, ...]] = {
@@ -128,12 +129,36 @@ def parse_machine(text: str, *, source: str) -> MachineSpec:
     """Validate a declaration given as YAML text; `source` names it in errors."""
     lines = _LineIndex(text, source)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         raise MachineSpecError(f"not valid YAML: {exc}", source=where) from exc
     return _Validator(data, lines).build(text)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """Safe loading that refuses duplicate keys (the last one would silently win)."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping",
+                node.start_mark,
+                f"found duplicate key {key!r} (first on line {seen[key]})",
+                key_node.start_mark,
+            )
+        seen[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
+)
 
 
 class _LineIndex:
@@ -260,15 +285,10 @@ class _Validator:
                 f" (got {action!r})",
                 path,
             )
-        module_name, _, attr = action.partition(":")
         try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise self.err(
-                f"action module {module_name!r} cannot be imported: {exc}", path
-            ) from exc
-        if not callable(getattr(module, attr, None)):
-            raise self.err(f"action {action!r}: module has no callable {attr!r}", path)
+            resolve_callable(action)
+        except BadReference as exc:
+            raise self.err(f"action {action!r}: {exc}", path) from None
 
     def _initial(self, raw: Any, states: tuple[StateSpec, ...]) -> str:
         by_name = {s.name: s for s in states}

@@ -6,7 +6,6 @@ tool returns a `ToolResult` (or a dict of the same shape); receipts are its evid
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -15,6 +14,7 @@ import attrs
 from fsm_agent.errors import AdapterError
 from fsm_agent.lanes import LOCAL, Lane
 from fsm_agent.receipts import Receipt
+from fsm_agent.refs import BadReference, import_module
 
 Isolation = Literal["thread", "process"]
 
@@ -121,9 +121,9 @@ def load_tools(module_name: str) -> ToolRegistry:
     run (so state never leaks from one run into the next); otherwise its `TOOLS`.
     """
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise AdapterError(f"cannot import tools module: {exc}", spec=module_name) from exc
+        module = import_module(module_name)
+    except BadReference as exc:
+        raise AdapterError(f"tools module: {exc}", spec=module_name) from exc
     factory = getattr(module, "new_tools", None)
     registry = factory() if callable(factory) else getattr(module, "TOOLS", None)
     if not isinstance(registry, ToolRegistry):

@@ -65,6 +65,12 @@ def _json(value: Any) -> str:
     return serde.dumps(value)
 
 
+def _one_row(cursor: sqlite3.Cursor) -> None:
+    """An UPDATE of a run that touched no row: the run is not in this journal."""
+    if cursor.rowcount != 1:
+        raise sqlite3.IntegrityError("no such run in this journal")
+
+
 class SqliteStore:
     """A journal in one SQLite file (default `./fsm-agent.db`)."""
 
@@ -76,9 +82,11 @@ class SqliteStore:
         busy_timeout_ms: int = 5000,
     ) -> None:
         self.path = str(path)
+        conn = None
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'FULL' else 'NORMAL'}")
             self.db = sqlite_utils.Database(conn)
@@ -91,7 +99,11 @@ class SqliteStore:
                     path=self.path,
                 )
             migrations.apply(self.db)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, JournalError) as exc:
+            if conn is not None:
+                conn.close()
+            if isinstance(exc, JournalError):
+                raise
             raise JournalError(
                 f"cannot open as a journal ({exc}); is it an fsm-agent database?", path=self.path
             ) from exc
@@ -157,11 +169,11 @@ class SqliteStore:
     def append(self, event: Event, *, steps_used: int) -> None:
         with self._tx(event.run_id) as conn:
             conn.execute(_INSERT_EVENT, self._event_params(event))
-            conn.execute(_UPDATE_RUN, (event.dest, steps_used, event.run_id))
+            _one_row(conn.execute(_UPDATE_RUN, (event.dest, steps_used, event.run_id)))
 
     def finish_run(self, record: HaltRecord) -> None:
         with self._tx(record.run_id) as conn:
-            conn.execute(
+            cursor = conn.execute(
                 "UPDATE runs SET status = 'halted', state = ?, halt_reason = ?, steps_used = ?,"
                 " ended_at = ?, record = ? WHERE run_id = ?",
                 (
@@ -173,6 +185,7 @@ class SqliteStore:
                     record.run_id,
                 ),
             )
+            _one_row(cursor)
 
     # --- reads ----------------------------------------------------------------------------
 

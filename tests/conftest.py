@@ -1,0 +1,67 @@
+"""Shared fixtures: a fresh journal path and store, and machine declarations written to disk."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from stores.sqlite import SqliteStore
+
+#: The smallest valid declaration: one model state and the three terminal states. Loader
+#: tests mutate it with `str.replace`, so each line below is unique on purpose.
+MINIMAL_MACHINE = """\
+name: minimal
+description: smallest valid machine
+initial: drafting
+budgets:
+  max_steps: 3
+  wall_clock_ms: 1000
+  max_cost: 0.5
+  tool_timeout_ms: 100
+  max_retries: 1
+states:
+  drafting: {action: model}
+  done: {terminal: true}
+  budget_exhausted: {terminal: true}
+  handoff: {terminal: true}
+transitions:
+  - {trigger: answer, source: drafting, dest: done, guards: [evidence_complete], halt: completed}
+  - {trigger: answer, source: drafting, dest: handoff, halt: schema_fail}
+  - {trigger: handoff, source: drafting, dest: handoff, halt: handoff_requested}
+"""
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """A path for a fresh SQLite journal (the file does not exist yet)."""
+    return tmp_path / "journal.db"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[SqliteStore]:
+    """A `SqliteStore` on `db_path`, closed after the test."""
+    s = SqliteStore(db_path)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def machine_yaml(tmp_path: Path) -> Callable[..., Path]:
+    """Write a YAML declaration into tmp_path and return its path."""
+
+    def write(text: str, name: str = "machine.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def minimal_machine_text() -> str:
+    """A valid declaration string to mutate in loader tests."""
+    return MINIMAL_MACHINE
