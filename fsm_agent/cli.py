@@ -320,7 +320,7 @@ def demo(db: str, records_dir: str | None) -> None:
 
     with contextlib_tempdir(records_dir) as folder, _store(db) as store:
         click.echo(f"journal: {db}   records: {folder}")
-        header = f"{'SCENARIO':<34}  {'STATE':<16}  {'HALT REASON':<18}  {'STEPS':>5}  OK"
+        header = f"{'SCENARIO':<31}  {'STATE':<16}  {'HALT REASON':<17}  {'STEPS':>5}  OK   RUN"
         click.echo(header)
         wrong = []
         for n, scenario in enumerate(SCENARIOS, 1):
@@ -330,8 +330,9 @@ def demo(db: str, records_dir: str | None) -> None:
                 wrong.append(f"{scenario.name}: {record.halt_reason.value}")
             steps = f"{record.steps_used}/{record.max_steps}"
             click.echo(
-                f"{scenario.name:<34}  {record.terminal_state:<16}"
-                f"  {record.halt_reason.value:<18}  {steps:>5}  {'yes' if ok else 'NO'}"
+                f"{scenario.name:<31}  {record.terminal_state:<16}"
+                f"  {record.halt_reason.value:<17}  {steps:>5}  {'yes' if ok else 'NO ':<3}"
+                f"  {record.run_id}"
             )
     click.echo(f"{len(SCENARIOS)} scenarios; inspect one with: fsm-agent show RUN_ID --db {db}")
     if wrong:
