@@ -8,7 +8,6 @@ raw facts to journal. Actions never decide transitions; guards do.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +17,7 @@ import attrs
 from fsm_agent import serde
 from fsm_agent.budgets import Budgets, Meters
 from fsm_agent.deadline import CallResult, ChildError, call_with_deadline
+from fsm_agent.errors import Interrupted
 from fsm_agent.journal import Facts
 from fsm_agent.lanes import ControlPlane, Lane, assert_local_halt
 from fsm_agent.models import ModelAdapter, ModelReply, Prompt
@@ -29,7 +29,7 @@ from fsm_agent.proposals import (
     ToolCall,
     parse_reply,
 )
-from fsm_agent.receipts import receipts_complete
+from fsm_agent.receipts import Receipt, receipts_complete
 from fsm_agent.record import ToolCallEntry
 from fsm_agent.refs import resolve_callable
 from fsm_agent.snapshot import Snapshot, ToolOutcome
@@ -111,9 +111,9 @@ class RunContext:
             thrash_limit=self.thrash_limit,
         )
 
-    def add_cost(self, cost: Any) -> None:
-        if isinstance(cost, int | float) and not isinstance(cost, bool) and math.isfinite(cost):
-            self.meters = attrs.evolve(self.meters, cost=self.meters.cost + max(0.0, cost))
+    def add_cost(self, cost: float) -> None:
+        """Add a cost already validated by `ModelReply` / `ToolResult` (finite, >= 0)."""
+        self.meters = attrs.evolve(self.meters, cost=self.meters.cost + cost)
 
 
 def perform(ctx: RunContext, state: str, action: str) -> tuple[str, Facts]:
@@ -182,8 +182,11 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
 
 
 def _to_result(value: Any) -> ToolResult:
+    """A tool's return value, checked strictly whether it came as a ToolResult or a dict."""
     if isinstance(value, ToolResult):
-        return value
+        if not all(isinstance(r, Receipt) for r in value.receipts):
+            raise TypeError("ToolResult.receipts must hold Receipt values")
+        value = serde.unstructure(value)
     if isinstance(value, dict):
         return serde.structure(value, ToolResult)
     raise TypeError(
@@ -257,6 +260,31 @@ def _record_call(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
     return outcome
 
 
+def _side_effect_call(
+    ctx: RunContext, name: str, args: dict[str, Any], call: Callable[[float], CallResult]
+) -> CallResult:
+    """Run a tool or user action under its time cap (and the wall clock). If a signal cuts
+    it short, the call is still recorded — as interrupted, its side effect unknown."""
+    timeout_s = min(ctx.budgets.tool_timeout_ms / 1000, ctx.remaining_s())
+    started = time.monotonic()
+    try:
+        return call(timeout_s)
+    except Interrupted as exc:
+        _record_call(
+            ctx,
+            ToolOutcome(
+                name=name,
+                args=args,
+                status="interrupted",
+                outcome_unknown=True,
+                duration_ms=int((time.monotonic() - started) * 1000),
+                error=f"interrupted by signal {exc.signum} while running;"
+                " its side effect is unknown",
+            ),
+        )
+        raise
+
+
 def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
     proposal = ctx.proposal
     if not isinstance(proposal, ToolCall) or ctx.tools.get(proposal.name) is None:
@@ -269,18 +297,20 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
     assert tool is not None  # noqa: S101 - checked above
     if tool.privileged:
         assert_local_halt(ctx.control, "halt", ctx.halt_lane)
-    timeout_s = min(ctx.budgets.tool_timeout_ms / 1000, ctx.remaining_s())
-    started = time.monotonic()
-    call = call_with_deadline(
-        tool.fn,
-        kwargs=proposal.args,
-        timeout_s=timeout_s,
-        isolation=tool.isolation,
-        name=f"tool:{tool.name}",
+    args = dict(proposal.args)
+    call = _side_effect_call(
+        ctx,
+        tool.name,
+        args,
+        lambda timeout_s: call_with_deadline(
+            tool.fn,
+            kwargs=args,
+            timeout_s=timeout_s,
+            isolation=tool.isolation,
+            name=f"tool:{tool.name}",
+        ),
     )
-    if call.status == "timeout" and call.elapsed_ms < int(timeout_s * 1000):
-        call = attrs.evolve(call, elapsed_ms=int((time.monotonic() - started) * 1000))
-    outcome = _record_call(ctx, _outcome_from_call(tool.name, dict(proposal.args), call))
+    outcome = _record_call(ctx, _outcome_from_call(tool.name, args, call))
     trigger = {"returned": "tool_returned", "failed": "tool_failed", "timed_out": "tool_timed_out"}[
         outcome.status
     ]
@@ -343,8 +373,14 @@ def _collect_receipts(ctx: RunContext) -> tuple[str, Facts]:
 def _user_action(ctx: RunContext, state: str, ref: str) -> tuple[str, Facts]:
     fn = resolve_callable(ref)
     snapshot = ctx.snapshot(state=state, outcome=None, next_action=ref)
-    timeout_s = min(ctx.budgets.tool_timeout_ms / 1000, ctx.remaining_s())
-    call = call_with_deadline(fn, (snapshot,), timeout_s=timeout_s, name=f"action:{ref}")
+    call = _side_effect_call(
+        ctx,
+        ref,
+        {},
+        lambda timeout_s: call_with_deadline(
+            fn, (snapshot,), timeout_s=timeout_s, name=f"action:{ref}"
+        ),
+    )
     if call.status == "ok" and isinstance(call.value, ActionResult):
         result = call.value.result or ToolResult()
         outcome = ToolOutcome(

@@ -15,6 +15,7 @@ import attrs
 
 from fsm_agent.errors import AdapterError
 from fsm_agent.lanes import LOCAL, Lane
+from fsm_agent.receipts import finite_cost
 from fsm_agent.refs import BadReference, resolve_callable
 
 
@@ -50,7 +51,7 @@ class ModelReply:
     """A raw reply plus the cost the adapter reports for producing it (dollars)."""
 
     content: Any
-    cost: float = 0.0
+    cost: float = attrs.field(default=0.0, validator=finite_cost)
 
 
 @runtime_checkable

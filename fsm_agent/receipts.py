@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,17 @@ class Receipt:
     id: str
     idempotency_key: str | None = None
     checksum: str | None = None
+
+
+def finite_cost(instance: Any, attribute: Any, value: Any) -> None:
+    """attrs validator: a reported cost is a finite number of dollars >= 0."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
 
 
 def receipt_ok(receipt: Receipt) -> bool:

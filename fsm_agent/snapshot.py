@@ -17,7 +17,7 @@ from fsm_agent.lanes import LOCAL, ControlPlane, Lane
 from fsm_agent.proposals import Proposal
 from fsm_agent.receipts import Receipt
 
-ToolStatus = Literal["returned", "failed", "timed_out"]
+ToolStatus = Literal["returned", "failed", "timed_out", "interrupted"]
 
 
 @attrs.frozen

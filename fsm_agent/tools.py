@@ -13,7 +13,7 @@ import attrs
 
 from fsm_agent.errors import AdapterError
 from fsm_agent.lanes import LOCAL, Lane
-from fsm_agent.receipts import Receipt
+from fsm_agent.receipts import Receipt, finite_cost
 from fsm_agent.refs import BadReference, import_module
 
 Isolation = Literal["thread", "process"]
@@ -30,7 +30,7 @@ class ToolResult:
     receipts: tuple[Receipt, ...] = ()
     observation: Any = None
     final: str | None = None
-    cost: float = 0.0
+    cost: float = attrs.field(default=0.0, validator=finite_cost)
 
 
 class ToolError(Exception):

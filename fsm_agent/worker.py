@@ -154,7 +154,7 @@ class _Worker:
             except Interrupted as exc:
                 self._force(HaltReason.INTERRUPTED, "signal", str(exc), signum=exc.signum)
             except JournalError as exc:
-                self._write_file_only(exc)
+                self._write_file_only(f"journal write failed: {exc}")
                 raise
             except HaltPathRefused as exc:
                 self._force(HaltReason.HALT_PATH_REFUSED, "refused", str(exc))
@@ -331,8 +331,12 @@ class _Worker:
                 self._journal(
                     trigger, terminal_state(reason), snap, guards, (), facts, halt=reason, note=note
                 )
-            except JournalError as exc:
-                self._write_file_only(exc, reason=reason, signum=signum)
+            except Exception as exc:
+                self._write_file_only(
+                    f"{note}; then the journal write failed: {type(exc).__name__}: {exc}",
+                    reason=reason,
+                    signum=signum,
+                )
                 raise
             self._finish(reason, note, signum)
 
@@ -342,13 +346,13 @@ class _Worker:
         self.store.finish_run(self.record)
 
     def _write_file_only(
-        self, exc: JournalError, *, reason: HaltReason | None = None, signum: int | None = None
+        self, note: str, *, reason: HaltReason | None = None, signum: int | None = None
     ) -> None:
         """The journal failed: still leave a record on disk that says so."""
         with self.gate.shielded():
             if reason is None:
                 reason = self.record.halt_reason if self.record else HaltReason.INTERNAL_ERROR
-            self.record = self._record_for(reason, f"journal write failed: {exc}", signum)
+            self.record = self._record_for(reason, note, signum)
             write_record(self.record, self.record_path)
 
     def _record_for(self, reason: HaltReason, note: str | None, signum: int | None) -> HaltRecord:

@@ -125,6 +125,12 @@ class SqliteStore:
             self.conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise JournalError(f"write failed: {exc}", path=self.path, run_id=run_id) from exc
+        except (TypeError, ValueError) as exc:
+            raise JournalError(
+                f"cannot serialize the entry ({exc}); nothing was written",
+                path=self.path,
+                run_id=run_id,
+            ) from exc
 
     def _event_params(self, e: Event) -> tuple[Any, ...]:
         return (
