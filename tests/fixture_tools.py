@@ -83,3 +83,18 @@ def new_tools() -> ToolRegistry:
     registry = ToolRegistry()
     registry.tool("nap", isolation="process" if isolation == "process" else "thread")(nap)
     return registry
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie awaiting its reaper counts as dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no procfs: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")

@@ -16,22 +16,7 @@ import pytest
 from fsm_agent import ToolError
 from fsm_agent.deadline import ChildError, call_with_deadline
 from tests import fixture_tools
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie awaiting its reaper counts as dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
+from tests.fixture_tools import process_alive
 
 # --- thread isolation: abandon at the deadline ------------------------------------------------
 
@@ -119,7 +104,7 @@ def test_a_child_process_is_killed_at_the_deadline_and_its_side_effect_never_hap
     # The child really ran (it wrote its pid) in another process, and is dead now.
     pid = int(pid_path.read_text(encoding="utf-8"))
     assert pid != os.getpid()
-    assert not _alive(pid)
+    assert not process_alive(pid)
     # Wait past the moment its sleep would have ended: the side effect never happens.
     time.sleep(max(0.0, returned + seconds + 0.3 - time.monotonic()))
     assert not done_path.exists()

@@ -21,26 +21,12 @@ import pytest
 from fsm_agent import HaltReason, read_record
 from fsm_agent.record import HaltRecord
 from stores.sqlite import SqliteStore
+from tests.fixture_tools import process_alive
 
 ROOT = Path(__file__).parent.parent
 CHILD = Path(__file__).parent / "child_run.py"
 STARTUP_S = 60.0  # generous: an import-heavy child on a loaded 2-core machine
 EXIT_S = 30.0
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie awaiting its reaper counts as dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 class Child:
@@ -154,7 +140,7 @@ def test_a_signal_kills_a_process_isolated_tool_too(tmp_path: Path, signum: int,
         child.cleanup()
     assert returncode == code, f"stdout:\n{out}\nstderr:\n{err}"
     _check_interrupted(child, signum)
-    assert not _alive(tool_pid)
+    assert not process_alive(tool_pid)
 
 
 def test_the_record_names_the_tool_call_the_signal_cut_short(tmp_path: Path) -> None:

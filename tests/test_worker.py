@@ -51,6 +51,7 @@ from fsm_agent.proposals import ToolCall
 from fsm_agent.spec import MachineSpec, parse_machine
 from stores.sqlite import SqliteStore
 from tests import fixture_tools
+from tests.fixture_tools import process_alive
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 HALT_LAB = EXAMPLES / "halt_lab"
@@ -408,21 +409,6 @@ def test_hung_model_halts_on_the_wall_clock(
     assert record.steps_used == 1
 
 
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie awaiting its reaper counts as dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return False
-    except OSError:  # no procfs: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 @pytest.mark.slow
 def test_hung_process_tool_is_killed_at_the_wall_clock(
     journal: SqliteStore, record_path: Path, tmp_path: Path
@@ -444,7 +430,7 @@ def test_hung_process_tool_is_killed_at_the_wall_clock(
     # The tool really started in its own process, and that process is gone.
     pid = int(pid_path.read_text(encoding="utf-8"))
     assert pid != os.getpid()
-    assert not _alive(pid)
+    assert not process_alive(pid)
     assert not done_path.exists()
 
 
