@@ -71,6 +71,7 @@ class RunContext:
     thrash_limit: int
     clock: Clock
     start: float
+    privileged: tuple[str, ...] = ()
     meters: Meters = attrs.field(factory=Meters)
     proposal: Proposal | None = None
     tool: ToolOutcome | None = None
@@ -104,7 +105,7 @@ class RunContext:
             evidence=self.evidence,
             grounded=self.grounded,
             allowlist=self.allowlist,
-            privileged=tuple(t.name for t in self.tools if t.privileged),
+            privileged=self.privileged,
             halt_lane=self.halt_lane,
             control=self.control,
             repeats=self.repeats,

@@ -15,7 +15,7 @@ import attrs
 from transitions import Machine
 
 from fsm_agent.errors import FsmAgentError
-from fsm_agent.guards import Guard, resolve_guard
+from fsm_agent.guards import Guard, budget_tripped, resolve_guard
 from fsm_agent.journal import GuardResult
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import BUDGET_TRIGGER, MachineSpec, TransitionSpec
@@ -90,6 +90,9 @@ class CompiledMachine:
             model_attribute="fsm_state",
             ignore_invalid_triggers=False,
         )
+        self._budget_edges = {
+            t.source: t for t in spec.transitions if t.implicit and t.trigger == BUDGET_TRIGGER
+        }
         for t in spec.transitions:
             calls: list[Any] = [_GuardCall(t.index, ref, resolve_guard(ref)) for ref in t.guards]
             self.machine.add_transition(
@@ -107,7 +110,19 @@ class CompiledMachine:
         return Decision(transition=chosen, guards=tuple(cursor.log))
 
     def check_budget(self, state: str, snapshot: Snapshot) -> Decision:
-        """The implicit budget transition out of `state`, decided on `snapshot`."""
+        """The implicit budget transition out of `state`, decided on `snapshot`.
+
+        It has one guard, `budget_tripped`; the common case (nothing tripped) is answered
+        by that guard directly, and only a tripped budget is fired through the machine.
+        """
+        implicit = self._budget_edges[state]
+        if not budget_tripped(snapshot):
+            return Decision(
+                transition=None,
+                guards=(
+                    GuardResult(transition=implicit.index, guard="budget_tripped", result=False),
+                ),
+            )
         return self.decide(state, BUDGET_TRIGGER, snapshot)
 
 

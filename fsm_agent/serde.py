@@ -1,5 +1,8 @@
 """The one converter: the only way journal types go to and come from JSON.
 
+It comes in two forms from one definition: full (every field) and compact (defaults left
+out, for the journal's hot path).
+
 Strict on the way in: extra keys are refused, and primitives are not coerced (a receipt
 status of "200" is not the integer 200).
 """
@@ -17,8 +20,6 @@ from fsm_agent.halt import HaltReason
 from fsm_agent.proposals import Proposal
 
 T = TypeVar("T")
-
-converter = cattrs.Converter(forbid_extra_keys=True)
 
 
 def _strict_int(value: Any, _: type) -> int:
@@ -45,27 +46,35 @@ def _strict_bool(value: Any, _: type) -> bool:
     return value
 
 
-converter.register_structure_hook(int, _strict_int)
-converter.register_structure_hook(float, _strict_float)
-converter.register_structure_hook(str, _strict_str)
-converter.register_structure_hook(bool, _strict_bool)
-
-
 def _enum(value: Any, cls: type[enum.Enum]) -> enum.Enum:
     return cls(value)
 
 
-# A StrEnum is a str subclass: without this the strict `str` hook would return a plain str.
-converter.register_structure_hook(HaltReason, _enum)
-configure_tagged_union(Proposal, converter, tag_name="type")
-converter.register_unstructure_hook(
-    Proposal | None,
-    lambda v: None if v is None else converter.unstructure(v, unstructure_as=Proposal),
-)
-converter.register_structure_hook(
-    Proposal | None,
-    lambda v, _: None if v is None else converter.structure(v, Proposal),  # type: ignore[arg-type]
-)
+def _make(*, omit_if_default: bool) -> cattrs.Converter:
+    c = cattrs.Converter(forbid_extra_keys=True, omit_if_default=omit_if_default)
+    c.register_structure_hook(int, _strict_int)
+    c.register_structure_hook(float, _strict_float)
+    c.register_structure_hook(str, _strict_str)
+    c.register_structure_hook(bool, _strict_bool)
+    # A StrEnum is a str subclass: without this the strict `str` hook returns a plain str.
+    c.register_structure_hook(HaltReason, _enum)
+    configure_tagged_union(Proposal, c, tag_name="type")
+    c.register_unstructure_hook(
+        Proposal | None,
+        lambda v: None if v is None else c.unstructure(v, unstructure_as=Proposal),
+    )
+    c.register_structure_hook(
+        Proposal | None,
+        lambda v, _: None if v is None else c.structure(v, Proposal),  # type: ignore[arg-type]
+    )
+    return c
+
+
+#: The converter: every field written, strict structuring (records, exports, reads).
+converter = _make(omit_if_default=False)
+#: The same types, fields equal to their defaults left out: the journal's compact form.
+#: Structuring it with `converter` restores the defaults, so both forms read the same.
+_compact = _make(omit_if_default=True)
 
 
 def unstructure(value: Any) -> Any:
@@ -83,6 +92,11 @@ def dumps(value: Any) -> str:
     return json.dumps(
         unstructure(value), sort_keys=True, separators=(",", ":"), allow_nan=False, default=repr
     )
+
+
+def dumps_compact(value: Any) -> str:
+    """The journal's JSON of a value: defaults left out, field order as declared, no NaN."""
+    return json.dumps(_compact.unstructure(value), separators=(",", ":"), allow_nan=False)
 
 
 def error_path(exc: BaseException) -> str:

@@ -97,6 +97,7 @@ def run(
             thrash_limit=spec.thrash_limit if thrash_limit is None else thrash_limit,
             clock=clock,
             start=clock(),
+            privileged=tuple(t.name for t in registry if t.privileged),
         )
         worker = _Worker(
             ctx,
@@ -283,7 +284,7 @@ class _Worker:
             note=note,
         )
         with self.gate.critical():
-            self.store.append(event, steps_used=self.ctx.meters.steps_used)
+            self.store.append(event)
             self.seq, self.state = event.seq, dest
         self._notify(event)
 

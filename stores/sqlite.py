@@ -58,11 +58,20 @@ _INSERT_EVENT = """
     INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
                         guards, checks, snapshot, facts, note)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
-_UPDATE_RUN = "UPDATE runs SET state = ?, steps_used = ? WHERE run_id = ?"
+# A live run's state and steps come from its newest event (one INSERT per transition, no
+# second write to `runs`); a halted run's come from its `runs` row.
+_SELECT_RUNS = """
+    SELECT r.*, e.dest AS live_state,
+           CASE WHEN json_valid(e.snapshot)
+                THEN json_extract(e.snapshot, '$.meters.steps_used') END AS live_steps
+    FROM runs AS r
+    LEFT JOIN events AS e
+      ON e.run_id = r.run_id
+     AND e.seq = (SELECT MAX(seq) FROM events WHERE run_id = r.run_id)"""
 
 
 def _json(value: Any) -> str:
-    return serde.dumps(value)
+    return serde.dumps_compact(value)
 
 
 def _one_row(cursor: sqlite3.Cursor) -> None:
@@ -114,8 +123,13 @@ class SqliteStore:
         return str(Path(self.path).resolve())
 
     @contextmanager
-    def _tx(self, run_id: str | None) -> Iterator[sqlite3.Connection]:
+    def _tx(self, run_id: str | None, *, atomic: bool = True) -> Iterator[sqlite3.Connection]:
+        """One committed write: a transaction when `atomic`, else a single autocommit statement.
+        Every failure becomes a `JournalError`; nothing half-written stays behind."""
         try:
+            if not atomic:
+                yield self.conn
+                return
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self.conn
@@ -172,10 +186,9 @@ class SqliteStore:
             )
             conn.execute(_INSERT_EVENT, self._event_params(first))
 
-    def append(self, event: Event, *, steps_used: int) -> None:
-        with self._tx(event.run_id) as conn:
-            conn.execute(_INSERT_EVENT, self._event_params(event))
-            _one_row(conn.execute(_UPDATE_RUN, (event.dest, steps_used, event.run_id)))
+    def append(self, event: Event) -> None:
+        with self._tx(event.run_id, atomic=False) as conn:
+            conn.execute(_INSERT_EVENT, self._event_params(event))  # one statement, autocommit
 
     def finish_run(self, record: HaltRecord) -> None:
         with self._tx(record.run_id) as conn:
@@ -187,7 +200,7 @@ class SqliteStore:
                     record.halt_reason.value,
                     record.steps_used,
                     record.ended_at,
-                    _json(record),
+                    serde.dumps(record),
                     record.run_id,
                 ),
             )
@@ -196,6 +209,7 @@ class SqliteStore:
     # --- reads ----------------------------------------------------------------------------
 
     def _row(self, row: dict[str, Any]) -> RunRow:
+        live = row["status"] == "running" and row.get("live_state") is not None
         try:
             return RunRow(
                 run_id=row["run_id"],
@@ -204,10 +218,12 @@ class SqliteStore:
                 machine_text=row["machine_text"],
                 task=row["task"],
                 budgets=serde.structure(json.loads(row["budgets"]), Budgets),
-                state=row["state"],
+                state=row["state"] if not live else row["live_state"],
                 status=row["status"],
                 started_at=row["started_at"],
-                steps_used=row["steps_used"],
+                steps_used=row["live_steps"]
+                if live and isinstance(row["live_steps"], int)
+                else row["steps_used"],
                 halt_reason=None if row["halt_reason"] is None else HaltReason(row["halt_reason"]),
                 ended_at=row["ended_at"],
                 record=None
@@ -223,17 +239,15 @@ class SqliteStore:
             ) from exc
 
     def get_run(self, run_id: str) -> RunRow:
-        rows = self._read(lambda: list(self.db["runs"].rows_where("run_id = ?", [run_id])))
+        sql = f"{_SELECT_RUNS} WHERE r.run_id = ?"
+        rows = self._read(lambda: list(self.db.query(sql, [run_id])))
         if not rows:
             raise RunNotFound(run_id, path=self.path)
         return self._row(rows[0])
 
     def list_runs(self, limit: int = 20) -> list[RunRow]:
-        rows = self._read(
-            lambda: list(
-                self.db["runs"].rows_where(order_by="started_at DESC, run_id DESC", limit=limit)
-            )
-        )
+        sql = f"{_SELECT_RUNS} ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?"
+        rows = self._read(lambda: list(self.db.query(sql, [limit])))
         return [self._row(r) for r in rows]
 
     def events(self, run_id: str) -> list[Event]:

@@ -187,8 +187,8 @@ def test_start_append_finish_then_read_back_equal_values(store: SqliteStore) -> 
     assert store.get_run("run-1") == run
 
     events = [started(), transition(1), transition(2)]
-    store.append(events[1], steps_used=1)
-    store.append(events[2], steps_used=2)
+    store.append(events[1])
+    store.append(events[2])
     assert store.events("run-1") == events
     assert store.get_run("run-1") == attrs.evolve(run, state="tool_pending", steps_used=2)
 
@@ -218,8 +218,8 @@ def test_events_are_ordered_by_seq_and_kept_per_run(store: SqliteStore) -> None:
     store.start_run(run_row("a"), started("a"))
     store.start_run(run_row("b"), started("b"))
     for seq in (3, 1, 2):
-        store.append(transition(seq, "a"), steps_used=seq)
-    store.append(transition(1, "b"), steps_used=1)
+        store.append(transition(seq, "a"))
+    store.append(transition(1, "b"))
     assert [e.seq for e in store.events("a")] == [0, 1, 2, 3]
     assert [e.seq for e in store.events("b")] == [0, 1]
     assert all(e.run_id == "a" for e in store.events("a"))
@@ -229,29 +229,35 @@ def test_each_write_is_committed_and_visible_to_another_reader(
     store: SqliteStore, db_path: Path
 ) -> None:
     store.start_run(run_row(), started())
-    store.append(transition(1), steps_used=1)
+    store.append(transition(1))
     conn = raw(db_path)
     try:
         assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2
-        row = conn.execute("SELECT state, steps_used FROM runs").fetchone()
-        assert tuple(row) == ("tool_pending", 1)
     finally:
         conn.close()
+    # A live run's state and steps are read from its newest event, by any reader.
+    other = SqliteStore(db_path)
+    try:
+        live = other.get_run("run-1")
+        assert (live.status, live.state, live.steps_used) == ("running", "tool_pending", 1)
+        assert [r.state for r in other.list_runs()] == ["tool_pending"]
+    finally:
+        other.close()
 
 
 def test_duplicate_run_id_and_seq_raises_journal_error(store: SqliteStore) -> None:
     store.start_run(run_row(), started())
-    store.append(transition(1), steps_used=1)
+    store.append(transition(1))
     dup = attrs.evolve(transition(1), dest="done", note="rewritten")
     with pytest.raises(JournalError) as info:
-        store.append(dup, steps_used=5)
+        store.append(dup)
     assert info.value.run_id == "run-1"
     assert info.value.path == store.path
     # the failed write was rolled back whole: neither the event nor the run row changed
     assert store.events("run-1")[1] == transition(1)
     assert store.get_run("run-1").steps_used == 1
     # and the store still works afterwards
-    store.append(transition(2), steps_used=2)
+    store.append(transition(2))
     assert [e.seq for e in store.events("run-1")] == [0, 1, 2]
 
 
@@ -274,7 +280,7 @@ def test_events_are_append_only_even_through_raw_sqlite(
     store: SqliteStore, db_path: Path, statement: str
 ) -> None:
     store.start_run(run_row(), started())
-    store.append(transition(1), steps_used=1)
+    store.append(transition(1))
     conn = raw(db_path)
     try:
         with pytest.raises(sqlite3.IntegrityError, match="append-only"):
@@ -300,7 +306,7 @@ def test_unknown_run_raises_run_not_found(store: SqliteStore) -> None:
 def test_writes_for_a_run_not_in_the_journal_are_refused(store: SqliteStore) -> None:
     # An orphan event or a halt record that lands nowhere would lose the run's history.
     with pytest.raises(JournalError, match=r"FOREIGN KEY|no such run"):
-        store.append(transition(1, run_id="ghost"), steps_used=1)
+        store.append(transition(1, run_id="ghost"))
     with pytest.raises(JournalError, match="no such run") as info:
         store.finish_run(halt_record(run_id="ghost"))
     assert info.value.run_id == "ghost"
@@ -377,7 +383,7 @@ def test_corrupt_event_row_names_the_seq(
     store: SqliteStore, db_path: Path, snapshot_json: str
 ) -> None:
     store.start_run(run_row(), started())
-    store.append(transition(1), steps_used=1)
+    store.append(transition(1))
     _insert_event(db_path, 7, snapshot_json)
     with pytest.raises(JournalError) as info:
         store.events("run-1")
@@ -402,7 +408,7 @@ def test_corrupt_run_row_names_the_run(store: SqliteStore, db_path: Path) -> Non
 
 def test_journal_is_a_plain_sqlite_file(store: SqliteStore, db_path: Path) -> None:
     store.start_run(run_row(), started())
-    store.append(transition(1), steps_used=1)
+    store.append(transition(1))
     store.finish_run(halt_record())
 
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
@@ -449,5 +455,5 @@ def test_final_answer_proposal_survives_the_journal(store: SqliteStore) -> None:
         snapshot=snapshot(steps=1, proposal=FinalAnswer(text="42", ignored=("done",))),
     )
     store.start_run(run_row(), started())
-    store.append(event, steps_used=1)
+    store.append(event)
     assert store.events("run-1")[1].snapshot.proposal == FinalAnswer(text="42", ignored=("done",))

@@ -1014,11 +1014,11 @@ class FailingStore:
     def start_run(self, run: RunRow, first: Event) -> None:
         self.inner.start_run(run, first)
 
-    def append(self, event: Event, *, steps_used: int) -> None:
+    def append(self, event: Event) -> None:
         self.appends += 1
         if self.appends == self.fail_append:
             raise JournalError("disk I/O error", path=self.inner.path, run_id=event.run_id)
-        self.inner.append(event, steps_used=steps_used)
+        self.inner.append(event)
 
     def finish_run(self, record: HaltRecord) -> None:
         if self.fail_finish:
