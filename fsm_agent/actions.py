@@ -72,7 +72,11 @@ class RunContext:
     clock: Clock
     start: float
     privileged: tuple[str, ...] = ()
-    meters: Meters = attrs.field(factory=Meters)
+    steps_used: int = 0
+    tool_calls_made: int = 0
+    retries_used: int = 0
+    cost: float = 0.0
+    elapsed_ms: int = 0
     proposal: Proposal | None = None
     tool: ToolOutcome | None = None
     evidence: bool = False
@@ -85,7 +89,7 @@ class RunContext:
     def read_clock(self) -> int:
         """One clock reading, as ms since the run started; updates the elapsed meter."""
         ms = max(0, int((self.clock() - self.start) * 1000))
-        self.meters = attrs.evolve(self.meters, elapsed_ms=ms)
+        self.elapsed_ms = ms
         return ms
 
     def remaining_s(self) -> float:
@@ -114,7 +118,18 @@ class RunContext:
 
     def add_cost(self, cost: float) -> None:
         """Add a cost already validated by `ModelReply` / `ToolResult` (finite, >= 0)."""
-        self.meters = attrs.evolve(self.meters, cost=self.meters.cost + cost)
+        self.cost += cost
+
+    @property
+    def meters(self) -> Meters:
+        """The meters as a frozen value (taken for each snapshot and for the record)."""
+        return Meters(
+            steps_used=self.steps_used,
+            tool_calls=self.tool_calls_made,
+            retries_used=self.retries_used,
+            cost=self.cost,
+            elapsed_ms=self.elapsed_ms,
+        )
 
 
 def perform(ctx: RunContext, state: str, action: str) -> tuple[str, Facts]:
@@ -139,8 +154,8 @@ def _outcome_of(proposal: Proposal) -> str:
 
 
 def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
-    step = ctx.meters.steps_used + 1
-    ctx.meters = attrs.evolve(ctx.meters, steps_used=step)
+    ctx.steps_used += 1
+    step = ctx.steps_used
     prompt = Prompt(
         task=ctx.task,
         step=step,
@@ -148,7 +163,13 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
         tools=ctx.allowlist,
         history=tuple(ctx.history),
     )
-    call = call_with_deadline(ctx.model, (prompt,), timeout_s=ctx.remaining_s(), name="model")
+    call = call_with_deadline(
+        ctx.model,
+        (prompt,),
+        timeout_s=ctx.remaining_s(),
+        isolation=getattr(ctx.model, "isolation", "thread"),
+        name="model",
+    )
     content: Any = None
     cost = 0.0
     error = None
@@ -182,12 +203,33 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
     return _outcome_of(proposal), facts
 
 
+def _check_result(result: ToolResult) -> None:
+    """Type-check a ToolResult built in Python as strictly as the converter checks a dict
+    (attrs does not check types: a receipt status of "200" would pass construction)."""
+
+    def bad(path: str, want: str, got: Any) -> TypeError:
+        return TypeError(f"expected {want}, got {got!r} @ $.{path}")
+
+    if not isinstance(result.receipts, tuple):
+        raise bad("receipts", "a tuple of Receipt", result.receipts)
+    for i, r in enumerate(result.receipts):
+        if not isinstance(r, Receipt):
+            raise bad(f"receipts[{i}]", "a Receipt", r)
+        if isinstance(r.status, bool) or not isinstance(r.status, int):
+            raise bad(f"receipts[{i}].status", "an integer", r.status)
+        for name in ("id", "idempotency_key", "checksum"):
+            value = getattr(r, name)
+            if not isinstance(value, str) and not (value is None and name != "id"):
+                raise bad(f"receipts[{i}].{name}", "a string", value)
+    if result.final is not None and not isinstance(result.final, str):
+        raise bad("final", "a string or null", result.final)
+
+
 def _to_result(value: Any) -> ToolResult:
     """A tool's return value, checked strictly whether it came as a ToolResult or a dict."""
     if isinstance(value, ToolResult):
-        if not all(isinstance(r, Receipt) for r in value.receipts):
-            raise TypeError("ToolResult.receipts must hold Receipt values")
-        value = serde.unstructure(value)
+        _check_result(value)
+        return value
     if isinstance(value, dict):
         return serde.structure(value, ToolResult)
     raise TypeError(
@@ -198,14 +240,18 @@ def _to_result(value: Any) -> ToolResult:
 def _outcome_from_call(name: str, args: dict[str, Any], call: CallResult) -> ToolOutcome:
     ms = call.elapsed_ms
     if call.status == "timeout":
+        late = call.fate == "late (inline)"
         return ToolOutcome(
             name=name,
             args=args,
             duration_ms=ms,
             status="timed_out",
-            outcome_unknown=True,
-            error=f"no result within {call.elapsed_ms} ms; {call.fate} at the"
-            " deadline; its side effect is unknown",
+            outcome_unknown=not late,
+            error=f"finished after {ms} ms, past its deadline (inline: it could not be"
+            " interrupted); its result is refused"
+            if late
+            else f"no result within {ms} ms; {call.fate} at the deadline; its side effect"
+            " is unknown",
         )
     if call.status == "error":
         err = call.error
@@ -245,10 +291,10 @@ def _record_call(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
     """Make `outcome` the run's last tool outcome and count it: meters, cost, the record."""
     ctx.tool = outcome
     ctx.add_cost(outcome.cost)
-    ctx.meters = attrs.evolve(ctx.meters, tool_calls=ctx.meters.tool_calls + 1)
+    ctx.tool_calls_made += 1
     ctx.tool_calls.append(
         ToolCallEntry(
-            step=ctx.meters.steps_used,
+            step=ctx.steps_used,
             name=outcome.name,
             args=dict(outcome.args),
             status=outcome.status,

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -30,7 +30,9 @@ from fsm_agent.spec import load_machine
 from fsm_agent.tools import ToolRegistry, load_tools
 from fsm_agent.worker import DEFAULT_DB
 from fsm_agent.worker import run as run_machine
-from stores.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from stores.sqlite import SqliteStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,6 +90,8 @@ def json_option(fn: F) -> F:
 
 @contextmanager
 def _store(db: str, *, must_exist: bool = False) -> Iterator[SqliteStore]:
+    from stores.sqlite import SqliteStore  # sqlite-utils only for commands that use a journal
+
     if must_exist and not Path(db).exists():
         raise InvalidInputError(f"no journal at {db} (run something first, or pass --db PATH)")
     store = SqliteStore(db)

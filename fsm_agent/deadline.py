@@ -8,19 +8,23 @@ child process that is killed at the deadline, which stops the side effect.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import multiprocessing
 import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from multiprocessing.connection import Connection
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
 CallStatus = Literal["ok", "error", "timeout"]
+#: thread: a daemon thread, abandoned at the deadline; process: a child process, killed at
+#: the deadline; inline: the caller's thread, cannot be interrupted — only for calls that
+#: cannot block (a result that comes back late is refused as a timeout).
+Isolation = Literal["thread", "process", "inline"]
 
 
 @attrs.frozen
@@ -47,6 +51,7 @@ class ChildError(Exception):
 def _invoke(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     value = fn(*args, **kwargs)
     if inspect.isawaitable(value):
+        import asyncio  # only async adapters pay for it (it pulls in ssl: ~10 MiB, ~20 ms)
 
         async def wait() -> Any:
             return await value
@@ -100,7 +105,7 @@ def call_with_deadline(
     kwargs: Mapping[str, Any] | None = None,
     *,
     timeout_s: float,
-    isolation: Literal["thread", "process"] = "thread",
+    isolation: Isolation = "thread",
     name: str = "call",
 ) -> CallResult:
     """Run `fn(*args, **kwargs)` (sync or async) and return within `timeout_s` whatever it does."""
@@ -108,6 +113,8 @@ def call_with_deadline(
     if isolation == "process":
         return _in_child(fn, args, kwargs, timeout_s, name)
     start = time.monotonic()
+    if isolation == "inline":
+        return _inline(fn, args, kwargs, timeout_s, start)
     box: dict[str, Any] = {}
     finished = threading.Lock()
     finished.acquire()
@@ -131,6 +138,22 @@ def call_with_deadline(
     return CallResult(status="ok", value=box.get("value"), elapsed_ms=_ms_since(start))
 
 
+def _inline(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    timeout_s: float,
+    start: float,
+) -> CallResult:
+    try:
+        value = _invoke(fn, args, kwargs)
+    except Exception as exc:
+        return CallResult(status="error", error=exc, elapsed_ms=_ms_since(start))
+    if time.monotonic() - start > timeout_s:
+        return CallResult(status="timeout", elapsed_ms=_ms_since(start), fate="late (inline)")
+    return CallResult(status="ok", value=value, elapsed_ms=_ms_since(start))
+
+
 def _child_main(
     conn: Connection, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> None:
@@ -150,6 +173,8 @@ def _in_child(
     name: str,
 ) -> CallResult:
     start = time.monotonic()
+    import multiprocessing  # only tools that opt into isolation="process" pay for it
+
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(

@@ -1,7 +1,9 @@
 """Model adapters: the data plane. A model proposes; it never decides when to stop.
 
 An adapter is any callable taking a `Prompt` and returning the raw reply (sync or async),
-optionally wrapped in `ModelReply` to report the call's cost. It may declare its `lane`.
+optionally wrapped in `ModelReply` to report the call's cost. It may declare its `lane`,
+and its `isolation` ("thread" by default: a daemon thread abandoned at the wall-clock
+deadline; "inline" for adapters that cannot block).
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class ScriptedModel:
     """
 
     lane: Lane = LOCAL
+    #: A list lookup cannot block, so it runs in the worker's thread (no hand-off cost).
+    isolation = "inline"
 
     def __init__(self, replies: Sequence[Any], *, cost_per_call: float = 0.0) -> None:
         self.replies = list(replies)

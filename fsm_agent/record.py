@@ -22,6 +22,7 @@ from fsm_agent.receipts import Receipt
 
 RECORD_FORMAT = "fsm-agent/halt-record/1"
 DEFAULT_RECORD_PATH = "halt-contract.json"
+RECORD_TOOL_CALLS = 100
 
 
 @attrs.frozen
@@ -70,6 +71,9 @@ class HaltRecord:
     handoff: HandoffPacket | None = None
     error: str | None = None
     signal: int | None = None
+    #: Tool calls left out of `tool_calls` (only the last RECORD_TOOL_CALLS are kept here;
+    #: the journal has every one).
+    tool_calls_omitted: int = 0
     format: str = RECORD_FORMAT
 
 

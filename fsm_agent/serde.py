@@ -94,9 +94,13 @@ def dumps(value: Any) -> str:
     )
 
 
+# One encoder for the hot path: json.dumps with non-default options builds a new one a call.
+_encode_compact = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
 def dumps_compact(value: Any) -> str:
     """The journal's JSON of a value: defaults left out, field order as declared, no NaN."""
-    return json.dumps(_compact.unstructure(value), separators=(",", ":"), allow_nan=False)
+    return _encode_compact(_compact.unstructure(value))
 
 
 def error_path(exc: BaseException) -> str:

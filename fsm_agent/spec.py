@@ -13,16 +13,18 @@ import importlib
 import importlib.resources
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import yaml
 
 from fsm_agent.budgets import BUDGET_NAMES, check_budget
 from fsm_agent.errors import BudgetError, MachineSpecError
 from fsm_agent.guards import UnknownGuard, resolve_guard
 from fsm_agent.halt import BUDGET_EXHAUSTED, TERMINAL_STATE, TERMINAL_STATES, HaltReason
 from fsm_agent.refs import BadReference, resolve_callable
+
+if TYPE_CHECKING:
+    from fsm_agent.yamlsource import LineIndex
 
 #: Built-in actions and the outcomes (triggers) each one can produce.
 ACTION_OUTCOMES: Mapping[str, tuple[str, ...]] = {
@@ -127,75 +129,14 @@ def load_machine(ref: str) -> MachineSpec:
 
 def parse_machine(text: str, *, source: str) -> MachineSpec:
     """Validate a declaration given as YAML text; `source` names it in errors."""
-    lines = _LineIndex(text, source)
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise MachineSpecError(f"not valid YAML: {exc}", source=where) from exc
-    return _Validator(data, lines).build(text)
+    from fsm_agent.yamlsource import LineIndex, load_yaml  # YAML only when a machine loads
 
-
-class _StrictLoader(yaml.SafeLoader):
-    """Safe loading that refuses duplicate keys (the last one would silently win)."""
-
-
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> Any:
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                "while reading a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r} (first on line {seen[key]})",
-                key_node.start_mark,
-            )
-        seen[key] = key_node.start_mark.line + 1
-    return loader.construct_mapping(node)
-
-
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
-)
-
-
-class _LineIndex:
-    """Maps key paths like `$.transitions[2].guards[0]` to line numbers of the YAML source."""
-
-    def __init__(self, text: str, source: str) -> None:
-        self.source = source
-        self.lines: dict[str, int] = {}
-        try:
-            node = yaml.compose(text)
-        except yaml.YAMLError:
-            node = None
-        if node is not None:
-            self._walk(node, "$")
-
-    def _walk(self, node: yaml.Node, path: str) -> None:
-        self.lines.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                sub = f"{path}.{key.value}"
-                self.lines[sub] = key.start_mark.line + 1
-                self._walk(value, sub)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                self._walk(item, f"{path}[{i}]")
-
-    def error(self, message: str, key: str) -> MachineSpecError:
-        probe = key
-        while probe not in self.lines and ("." in probe or "[" in probe):
-            probe = probe[: max(probe.rfind("."), probe.rfind("["))]
-        line = self.lines.get(probe)
-        where = f"{self.source}:{line}" if line else self.source
-        return MachineSpecError(message, source=where, key=key)
+    data = load_yaml(text, source=source)
+    return _Validator(data, LineIndex(text, source)).build(text)
 
 
 class _Validator:
-    def __init__(self, data: Any, lines: _LineIndex) -> None:
+    def __init__(self, data: Any, lines: LineIndex) -> None:
         self.data = data
         self.err = lines.error
         self.source = lines.source

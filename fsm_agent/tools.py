@@ -7,16 +7,15 @@ tool returns a `ToolResult` (or a dict of the same shape); receipts are its evid
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
+from fsm_agent.deadline import Isolation
 from fsm_agent.errors import AdapterError
 from fsm_agent.lanes import LOCAL, Lane
 from fsm_agent.receipts import Receipt, finite_cost
 from fsm_agent.refs import BadReference, import_module
-
-Isolation = Literal["thread", "process"]
 
 
 @attrs.frozen
@@ -48,7 +47,9 @@ class ToolError(Exception):
 @attrs.frozen
 class Tool:
     """One tool. `privileged` tools run only after the local halt check has cleared them;
-    `isolation="process"` runs each call in a child process that is killed at the deadline."""
+    `isolation="process"` runs each call in a child process that is killed at the deadline;
+    `isolation="inline"` runs it in the worker's thread (no hand-off cost, but it cannot be
+    interrupted: only for tools that cannot block)."""
 
     name: str
     fn: Callable[..., Any]

@@ -12,7 +12,7 @@ from typing import Any
 from fsm_agent.actions import RunContext
 from fsm_agent.halt import HANDOFF, HaltReason, cannot_answer, terminal_state
 from fsm_agent.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
-from fsm_agent.record import HaltRecord, HandoffPacket
+from fsm_agent.record import RECORD_TOOL_CALLS, HaltRecord, HandoffPacket
 
 
 def build_record(
@@ -28,13 +28,15 @@ def build_record(
 ) -> HaltRecord:
     """The record for a run that halted with `reason` (`note` overrides the explanation)."""
     state = terminal_state(reason)
+    omitted = max(0, len(ctx.tool_calls) - RECORD_TOOL_CALLS)
     error = note if note is not None else explain(ctx, reason)
     return HaltRecord(
         task=ctx.task,
         max_steps=ctx.budgets.max_steps,
         wall_clock_ms=ctx.budgets.wall_clock_ms,
         steps_used=ctx.meters.steps_used,
-        tool_calls=tuple(ctx.tool_calls),
+        tool_calls=tuple(ctx.tool_calls[omitted:]),
+        tool_calls_omitted=omitted,
         halt_reason=reason,
         answer=answer(ctx, reason),
         run_id=run_id,

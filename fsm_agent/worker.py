@@ -8,7 +8,6 @@ halt record is written atomically on every way out, signals included.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import os
 import time
@@ -117,6 +116,8 @@ async def arun(machine: MachineSpec | str, **kwargs: Any) -> HaltRecord:
     """`run` for async callers: the loop runs on a worker thread (async adapters are awaited
     there, each call in its own event loop). Signals stay with the caller's process."""
     kwargs["handle_signals"] = False
+    import asyncio
+
     return await asyncio.to_thread(run, machine, **kwargs)
 
 
@@ -225,8 +226,7 @@ class _Worker:
             )
             return
         if chosen.retry:
-            meters = self.ctx.meters
-            self.ctx.meters = attrs.evolve(meters, retries_used=meters.retries_used + 1)
+            self.ctx.retries_used += 1
         dest = self.spec.state(chosen.dest)
         if dest.terminal:
             self._halt_on(chosen, snap, decision.guards, facts, chosen.halt)

@@ -149,3 +149,35 @@ def test_async_callables_are_awaited_in_a_child() -> None:
     result = call_with_deadline(fixture_tools.async_double, (5,), timeout_s=30, isolation="process")
     assert result.status == "ok"
     assert result.value == 10
+
+
+def test_an_inline_call_runs_in_the_callers_thread() -> None:
+    result = call_with_deadline(threading.get_ident, timeout_s=1.0, isolation="inline")
+    assert result.status == "ok"
+    assert result.value == threading.get_ident()
+
+
+def test_an_inline_call_that_overruns_is_refused_as_late() -> None:
+    # Inline cannot interrupt; a result that comes back past the deadline is not accepted.
+    result = call_with_deadline(time.sleep, (0.05,), timeout_s=0.01, isolation="inline")
+    assert result.status == "timeout"
+    assert result.fate == "late (inline)"
+    assert result.elapsed_ms >= 50
+
+
+def test_an_inline_error_is_status_error() -> None:
+    result = call_with_deadline(int, ("x",), timeout_s=1.0, isolation="inline")
+    assert result.status == "error"
+    assert isinstance(result.error, ValueError)
+
+
+def test_threads_are_reused_but_never_one_that_was_abandoned() -> None:
+    release = threading.Event()
+    hung = call_with_deadline(release.wait, timeout_s=0.05, name="hung")
+    assert (hung.status, hung.fate) == ("timeout", "abandoned")
+    seen = {call_with_deadline(threading.get_ident, timeout_s=1.0).value for _ in range(20)}
+    hung_threads = [t for t in threading.enumerate() if t.name == "fsm-agent:hung"]
+    assert len(hung_threads) == 1
+    assert hung_threads[0].ident not in seen  # the abandoned thread got no further work
+    assert len(seen) <= 2  # the others were handed the calls, not one thread per call
+    release.set()

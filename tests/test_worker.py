@@ -48,6 +48,7 @@ from fsm_agent import (
 from fsm_agent.halt import CANNOT_METER
 from fsm_agent.journal import Event, RunRow
 from fsm_agent.proposals import ToolCall
+from fsm_agent.record import RECORD_TOOL_CALLS
 from fsm_agent.spec import MachineSpec, parse_machine
 from stores.sqlite import SqliteStore
 from tests import fixture_tools
@@ -1213,3 +1214,58 @@ def test_a_model_reporting_an_infinite_cost_still_ends_with_a_record(
 
     record = go(journal, record_path, model)
     assert_contract(record, record_path, journal)
+
+
+def test_the_record_keeps_the_last_tool_calls_and_counts_the_rest(
+    journal: SqliteStore, record_path: Path
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(isolation="inline")
+    def ping(n: int) -> ToolResult:
+        return ToolResult(observation=n)
+
+    steps = RECORD_TOOL_CALLS + 30
+    record = run(
+        "agent_loop",
+        task="ping a lot",
+        model=ScriptedModel([call("ping", n=i) for i in range(steps)]),
+        tools=reg,
+        store=journal,
+        budgets={"max_steps": steps},
+        record_path=record_path,
+    )
+    assert record.halt_reason is HaltReason.MAX_STEPS
+    assert record.meters.tool_calls == steps
+    assert record.tool_calls_omitted == 30
+    assert [c.args["n"] for c in record.tool_calls] == list(range(30, steps))
+    assert read_record(record_path) == record
+    tool_events = [e for e in journal.events(record.run_id) if e.facts and e.facts.tool]
+    assert len(tool_events) == steps  # the journal keeps every one
+
+
+def test_an_inline_tool_past_its_time_cap_is_refused_not_unknown(
+    journal: SqliteStore, record_path: Path
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(isolation="inline")
+    def slow() -> ToolResult:
+        time.sleep(0.2)
+        return ToolResult(receipts=(Receipt(status=200, id="late_1"),), final="done late")
+
+    record = run(
+        "agent_loop",
+        task="be slow",
+        model=ScriptedModel([call("slow")]),
+        tools=reg,
+        store=journal,
+        budgets={"tool_timeout_ms": 50},
+        record_path=record_path,
+    )
+    assert record.halt_reason is HaltReason.TOOL_TIMEOUT
+    [entry] = record.tool_calls
+    assert entry.outcome_unknown is False  # it finished; its late result is refused
+    assert entry.receipts == ()
+    assert record.error is not None
+    assert "could not be interrupted" in record.error

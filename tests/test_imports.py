@@ -1,0 +1,23 @@
+"""Startup stays cheap: importing the library does not load what only some runs need."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("statement", "absent"),
+    [
+        ("import fsm_agent", ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils"]),
+        ("import fsm_agent.cli", ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils"]),
+    ],
+)
+def test_heavy_modules_are_imported_only_when_used(statement: str, absent: list[str]) -> None:
+    code = f"{statement}; import sys; print(' '.join(sorted(sys.modules)))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert [name for name in absent if name in loaded] == []
