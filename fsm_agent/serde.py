@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import cattrs
@@ -100,7 +101,13 @@ _encode_compact = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encod
 
 def dumps_compact(value: Any) -> str:
     """The journal's JSON of a value: defaults left out, field order as declared, no NaN."""
-    return _encode_compact(_compact.unstructure(value))
+    hook = _compact_hooks.get(type(value))
+    if hook is None:
+        hook = _compact_hooks[type(value)] = _compact.get_unstructure_hook(type(value))
+    return _encode_compact(hook(value))
+
+
+_compact_hooks: dict[type, Callable[[Any], Any]] = {}
 
 
 def error_path(exc: BaseException) -> str:

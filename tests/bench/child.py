@@ -1,0 +1,61 @@
+"""One long run in a fresh process, for peak memory and journal size.
+
+    python -m tests.bench.child --transitions 10000 --db DB --record RECORD
+
+Prints one JSON object: `rss_import_kib` (VmHWM after the imports, before the run),
+`rss_peak_kib` (VmHWM after the run), `events`, and `journal_bytes` (the database file plus
+its WAL after a TRUNCATE checkpoint). `ru_maxrss` would be inherited from the parent at
+fork, so this reads `/proc/self/status` in a process of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+from tests.bench.runtime import count_events, run_loop
+from tests.bench.workload import Workload
+
+
+def vm_hwm_kib() -> int:
+    """This process's peak resident set size, from /proc/self/status (Linux)."""
+    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM line in /proc/self/status")
+
+
+def journal_bytes(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    wal = Path(f"{db}-wal")
+    return os.path.getsize(db) + (os.path.getsize(wal) if wal.exists() else 0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transitions", type=int, required=True)
+    parser.add_argument("--db", type=Path, required=True)
+    parser.add_argument("--record", type=Path, required=True)
+    opts = parser.parse_args()
+    before = vm_hwm_kib()
+    record, _ = run_loop(Workload.of(opts.transitions), opts.db, opts.record)
+    peak = vm_hwm_kib()
+    events = count_events(opts.db, record.run_id)
+    result = {
+        "rss_import_kib": before,
+        "rss_peak_kib": peak,
+        "events": events,
+        "journal_bytes": journal_bytes(opts.db),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
