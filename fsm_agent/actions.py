@@ -48,7 +48,14 @@ class ActionResult:
 
 
 def _jsonable(value: Any) -> Any:
-    """A raw value as JSON-able data for the journal (repr for anything else)."""
+    """A raw value as JSON-able data for the journal (repr for anything else).
+
+    UTF-8 bytes are kept as their text, so a replay parses what the live run parsed."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return repr(value)
     try:
         json.dumps(value, allow_nan=False)
         return value

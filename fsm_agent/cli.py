@@ -88,6 +88,29 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(fn)
 
 
+_BUDGET_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("--max-steps", "max_steps", int, "Cap on model calls (retries included)."),
+    ("--wall-clock-ms", "wall_clock_ms", int, "Cap on the run's real time."),
+    ("--max-cost", "max_cost", float, "Cap on dollars reported by the adapters."),
+    ("--tool-timeout-ms", "tool_timeout_ms", int, "Cap on one tool call's time."),
+    ("--max-retries", "max_retries", int, "Retries allowed after failures."),
+)
+
+
+def budget_options(fn: F) -> F:
+    """The five budget flags, handed to the command as one `budgets` dict (None = unset)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["budgets"] = {name: kwargs.pop(name) for _, name, _, _ in _BUDGET_FLAGS}
+        return fn(*args, **kwargs)
+
+    decorated: Any = wrapper
+    for flag, name, kind, text in reversed(_BUDGET_FLAGS):
+        decorated = click.option(flag, name, type=kind, help=text)(decorated)
+    return decorated  # type: ignore[no-any-return]
+
+
 @contextmanager
 def _store(db: str, *, must_exist: bool = False) -> Iterator[SqliteStore]:
     from stores.sqlite import SqliteStore  # sqlite-utils only for commands that use a journal
@@ -146,11 +169,7 @@ def _summary(record: HaltRecord) -> str:
 )
 @click.option("--tools", "tools_module", help="Module exposing TOOLS = ToolRegistry(...).")
 @db_option
-@click.option("--max-steps", type=int, help="Cap on model calls (retries included).")
-@click.option("--wall-clock-ms", type=int, help="Cap on the run's real time.")
-@click.option("--max-cost", type=float, help="Cap on dollars reported by the adapters.")
-@click.option("--tool-timeout-ms", type=int, help="Cap on one tool call's time.")
-@click.option("--max-retries", type=int, help="Retries allowed after failures.")
+@budget_options
 @click.option("--thrash-limit", type=int, help="Halt after N identical tool calls in a row.")
 @click.option(
     "--record",
@@ -168,11 +187,7 @@ def run(
     model_spec: str,
     tools_module: str | None,
     db: str,
-    max_steps: int | None,
-    wall_clock_ms: int | None,
-    max_cost: float | None,
-    tool_timeout_ms: int | None,
-    max_retries: int | None,
+    budgets: dict[str, int | float | None],
     thrash_limit: int | None,
     record_path: str,
     as_json: bool,
@@ -186,13 +201,6 @@ def run(
     spec = load_machine(machine)
     model = load_model(model_spec)
     tools = load_tools(tools_module) if tools_module else ToolRegistry()
-    budgets = {
-        "max_steps": max_steps,
-        "wall_clock_ms": wall_clock_ms,
-        "max_cost": max_cost,
-        "tool_timeout_ms": tool_timeout_ms,
-        "max_retries": max_retries,
-    }
     state: dict[str, int] = {}
 
     def on_transition(event: Event) -> None:
@@ -355,3 +363,7 @@ def contextlib_tempdir(path: str | None) -> Iterator[Path]:
 
 def main() -> None:
     cli(prog_name="fsm-agent")
+
+
+# The incident-review commands register themselves on `cli` (replay, export, import, stats).
+from fsm_agent import cli_review  # noqa: E402, F401

@@ -34,6 +34,7 @@ from fsm_agent import (
     terminal_state,
 )
 from fsm_agent.halt import CANNOT_METER
+from fsm_agent.replay import replay_events
 from fsm_agent.spec import MachineSpec, parse_machine
 from stores.sqlite import SqliteStore
 
@@ -225,6 +226,10 @@ def _check(record: HaltRecord, script: Script, limits: dict[str, Any], folder: P
     assert all(e.halt is None for e in events[:-1])
     assert row.status == "halted"
     assert row.record == record
+    # Replaying the journal with the same code re-makes exactly the live decisions.
+    report = replay_events(row, events)
+    assert report.ok, report.summary
+    assert report.recomputed_halt is record.halt_reason
 
 
 @settings(
