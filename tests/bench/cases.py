@@ -15,7 +15,7 @@ from tests.bench.report import Metric, Target
 from tests.bench.workload import Scratch, Workload
 
 US = "µs/transition"
-REPLAY = "replay (read back + decode)"
+REPLAY = "replay (decode + re-decide)"
 OVERSHOOT = "wall-clock overshoot"
 PYTHON = "startup: python -c pass"
 IMPORT = "startup: import fsm_agent"

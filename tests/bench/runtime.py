@@ -31,6 +31,7 @@ from fsm_agent import (
     run,
 )
 from fsm_agent.deadline import Isolation
+from fsm_agent.replay import replay_events
 from stores.sqlite import SqliteStore, Synchronous
 from tests.bench.workload import TOOL, Scratch, Workload
 
@@ -159,21 +160,21 @@ def make_replay_journal(workload: Workload, scratch: Scratch) -> ReplayJournal:
 
 
 def replay(journal: ReplayJournal) -> float:
-    """Read the run back, decoded into the journal types; events per second.
-
-    Until `replay` exists this is `SqliteStore.events(run_id)` (rows → `Event` values
-    through the one converter); the store is opened outside the timing.
-    """
+    """Replay the run from the journal: read every event back (decoded into the journal
+    types) and re-decide it with `replay_events`; events per second. The store is opened
+    outside the timing."""
     store = SqliteStore(journal.path)
     try:
         gc.collect()
         start = time.perf_counter()
+        row = store.get_run(journal.run_id)
         events = store.events(journal.run_id)
+        report = replay_events(row, events)
         elapsed = time.perf_counter() - start
     finally:
         store.close()
-    if len(events) != journal.events or not isinstance(events[-1], Event):
-        raise RuntimeError(f"replay read {len(events)} events, expected {journal.events}")
+    if len(events) != journal.events or not isinstance(events[-1], Event) or not report.ok:
+        raise RuntimeError(f"replay of {len(events)} events failed: {report.summary}")
     return len(events) / elapsed
 
 
