@@ -49,7 +49,7 @@ class InternalProblem(click.ClickException):
     exit_code = EXIT_INTERNAL_ERROR
 
 
-def _errors(fn: F) -> F:
+def cli_errors(fn: F) -> F:
     """Turn library errors into `Error: …` lines with the documented exit codes."""
 
     @functools.wraps(fn)
@@ -112,7 +112,7 @@ def budget_options(fn: F) -> F:
 
 
 @contextmanager
-def _store(db: str, *, must_exist: bool = False) -> Iterator[SqliteStore]:
+def journal_store(db: str, *, must_exist: bool = False) -> Iterator[SqliteStore]:
     from stores.sqlite import SqliteStore  # sqlite-utils only for commands that use a journal
 
     if must_exist and not Path(db).exists():
@@ -180,7 +180,7 @@ def _summary(record: HaltRecord) -> str:
 )
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No live step lines on stderr.")
-@_errors
+@cli_errors
 def run(
     machine: str,
     task: str,
@@ -211,7 +211,7 @@ def run(
         else:
             _progress(state["max"], quiet)(event)
 
-    with _store(db) as store:
+    with journal_store(db) as store:
         record = run_machine(
             spec,
             task=task,
@@ -242,10 +242,10 @@ def _run_dict(row: RunRow) -> dict[str, Any]:
 @db_option
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
 @json_option
-@_errors
+@cli_errors
 def runs(db: str, limit: int, as_json: bool) -> None:
     """List recent runs: id, machine, halt reason, steps used/max, start time."""
-    with _store(db, must_exist=True) as store:
+    with journal_store(db, must_exist=True) as store:
         rows = store.list_runs(limit)
     if as_json:
         click.echo(json.dumps([_run_dict(r) for r in rows], indent=2))
@@ -269,10 +269,10 @@ def _guards_text(event: Event) -> str:
 @click.argument("run_id")
 @db_option
 @json_option
-@_errors
+@cli_errors
 def show(run_id: str, db: str, as_json: bool) -> None:
     """Show one run: its halt record, then every transition with its guards."""
-    with _store(db, must_exist=True) as store:
+    with journal_store(db, must_exist=True) as store:
         row = store.get_run(run_id)
         events = store.events(run_id)
     if as_json:
@@ -306,7 +306,7 @@ def show(run_id: str, db: str, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("machine")
-@_errors
+@cli_errors
 def validate(machine: str) -> None:
     """Load and check MACHINE (a declared name or a .yaml path); exit 2 with the error."""
     spec = load_machine(machine)
@@ -325,12 +325,12 @@ def validate(machine: str) -> None:
     type=click.Path(file_okay=False),
     help="Directory for the halt records (default: a temporary directory).",
 )
-@_errors
+@cli_errors
 def demo(db: str, records_dir: str | None) -> None:
     """Run every example scenario from the seeds and print how each one halted."""
     from examples.scenarios import SCENARIOS, run_scenario
 
-    with contextlib_tempdir(records_dir) as folder, _store(db) as store:
+    with contextlib_tempdir(records_dir) as folder, journal_store(db) as store:
         click.echo(f"journal: {db}   records: {folder}")
         header = f"{'SCENARIO':<31}  {'STATE':<16}  {'HALT REASON':<17}  {'STEPS':>5}  OK   RUN"
         click.echo(header)

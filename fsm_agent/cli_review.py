@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from fsm_agent import serde
-from fsm_agent.cli import _errors, budget_options, cli, db_option, json_option
+from fsm_agent.cli import budget_options, cli, cli_errors, db_option, journal_store, json_option
 from fsm_agent.replay import ReplayReport, format_step, load_run, replay_events
 from fsm_agent.spec import load_machine
 
@@ -40,7 +40,7 @@ def _exit_code(report: ReplayReport) -> int:
 )
 @click.option("--machine", "machine_ref", help="Counterfactual: replay under another declaration.")
 @budget_options
-@_errors
+@cli_errors
 def replay(
     source: str,
     db: str,
@@ -85,3 +85,54 @@ def replay(
     code = _exit_code(report)
     if code:
         sys.exit(code)
+
+
+@cli.command("export")
+@click.argument("run_id")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="Run file to write."
+)
+@db_option
+@cli_errors
+def export_(run_id: str, output: str, db: str) -> None:
+    """Write one run (row, events, halt record, machine declaration and its hash) to a
+    self-contained JSON file, atomically: how traces leave the box for a review."""
+    from fsm_agent.runfile import export_run, write_run_file
+
+    with journal_store(db, must_exist=True) as store:
+        run_file = export_run(store, run_id)
+    write_run_file(run_file, output)
+    click.echo(f"exported run {run_id} ({len(run_file.events)} events) to {output}")
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@db_option
+@cli_errors
+def import_(file: str, db: str) -> None:
+    """Load a run file into the journal; a run id already there is refused, never
+    overwritten."""
+    from fsm_agent.runfile import import_run, read_run_file
+
+    run_file = read_run_file(file)
+    with journal_store(db) as store:
+        import_run(store, run_file, source=file)
+    click.echo(f"imported run {run_file.run.run_id} ({len(run_file.events)} events) into {db}")
+
+
+@cli.command()
+@db_option
+@click.option("--machine", help="Only runs of this machine.")
+@click.option("--since", help="Only runs started at or after this ISO date or timestamp (UTC).")
+@json_option
+@cli_errors
+def stats(db: str, machine: str | None, since: str | None, as_json: bool) -> None:
+    """Count halt reasons per machine, with steps used/max, duration and cost percentiles."""
+    from fsm_agent.stats import format_stats, halt_stats
+
+    with journal_store(db, must_exist=True) as store:
+        result = halt_stats(store, machine=machine, since=since)
+    if as_json:
+        click.echo(json.dumps(serde.unstructure(result), indent=2))
+    else:
+        click.echo(format_stats(result), nl=False)

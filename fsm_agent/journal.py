@@ -8,6 +8,7 @@ the model, the tools or a clock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -87,6 +88,25 @@ class RunRow:
     pid: int | None = None
 
 
+@attrs.frozen
+class RunSummary:
+    """The few columns of one run that statistics need, read without decoding its events.
+
+    `steps_used` is final once the run has halted; `cost` is the halt record's
+    `meters.cost` (None while the run has no record).
+    """
+
+    run_id: str
+    machine: str
+    status: RunStatus
+    halt_reason: HaltReason | None
+    steps_used: int
+    max_steps: int
+    started_at: str
+    ended_at: str | None
+    cost: float | None
+
+
 class Store(Protocol):
     """A journal backend. Every write commits before it returns, or raises `JournalError`."""
 
@@ -106,3 +126,15 @@ class Store(Protocol):
     def events(self, run_id: str) -> list[Event]: ...
 
     def close(self) -> None: ...
+
+    def import_run(self, run: RunRow, events: Sequence[Event], record: HaltRecord | None) -> None:
+        """Write a whole run exported from another journal in one transaction; refuse
+        (`JournalError`) a run id this journal already holds."""
+        ...
+
+    def run_summaries(
+        self, machine: str | None = None, since: str | None = None
+    ) -> list[RunSummary]:
+        """One `RunSummary` per run, optionally of one machine and started at or after
+        `since` (an ISO timestamp in UTC, compared as text), ordered by machine then start."""
+        ...

@@ -97,12 +97,12 @@ def record_json(record: HaltRecord) -> str:
     return json.dumps(ordered, indent=2, allow_nan=False) + "\n"
 
 
-def write_record(record: HaltRecord, path: str | os.PathLike[str]) -> Path:
-    """Write atomically: temp file in the same directory, fsync, rename, fsync the directory."""
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write `text` atomically: temp file in the same directory, fsync, rename, fsync the
+    directory. A reader sees the old file or the whole new one, never a torn one."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
-    text = record_json(record)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -119,6 +119,11 @@ def write_record(record: HaltRecord, path: str | os.PathLike[str]) -> Path:
     finally:
         os.close(dir_fd)
     return target
+
+
+def write_record(record: HaltRecord, path: str | os.PathLike[str]) -> Path:
+    """Write the record atomically at `path` (see `atomic_write_text`)."""
+    return atomic_write_text(path, record_json(record))
 
 
 def read_record(path: str | os.PathLike[str]) -> HaltRecord:

@@ -11,7 +11,7 @@ import gc
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +23,7 @@ from fsm_agent import serde
 from fsm_agent.budgets import Budgets
 from fsm_agent.errors import JournalError, RunNotFound
 from fsm_agent.halt import HaltReason
-from fsm_agent.journal import Event, Facts, GuardResult, RunRow
+from fsm_agent.journal import Event, Facts, GuardResult, RunRow, RunSummary
 from fsm_agent.record import HaltRecord
 from fsm_agent.snapshot import Snapshot
 
@@ -69,10 +69,41 @@ _SELECT_RUNS = """
     LEFT JOIN events AS e
       ON e.run_id = r.run_id
      AND e.seq = (SELECT MAX(seq) FROM events WHERE run_id = r.run_id)"""
+_INSERT_RUN = """
+    INSERT INTO runs (run_id, machine, machine_sha256, machine_text, task, budgets, state, status,
+                      halt_reason, steps_used, started_at, ended_at, record, pid)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+# One narrow row per run for statistics: nothing decoded in Python; the record's cost is
+# read by SQLite (a corrupt record reads as no cost rather than failing every statistic).
+_SELECT_SUMMARIES = """
+    SELECT run_id, machine, status, halt_reason, steps_used,
+           json_extract(budgets, '$.max_steps') AS max_steps, started_at, ended_at,
+           CASE WHEN json_valid(record) THEN json_extract(record, '$.meters.cost') END AS cost
+    FROM runs
+    WHERE (:machine IS NULL OR machine = :machine) AND (:since IS NULL OR started_at >= :since)
+    ORDER BY machine, started_at, run_id"""
 
 
 def _json(value: Any) -> str:
     return serde.dumps_compact(value)
+
+
+_HALT_REASONS = frozenset(r.value for r in HaltReason)
+
+
+def _summary_problem(status: Any, reason: Any, steps: Any, max_steps: Any, cost: Any) -> str | None:
+    """What is wrong with the columns of one run summary, or None."""
+    if status not in ("running", "halted"):
+        return f"status {status!r} is not 'running' or 'halted'"
+    if reason is not None and reason not in _HALT_REASONS:
+        return f"halt_reason {reason!r} is not a halt reason"
+    if type(steps) is not int:
+        return f"steps_used {steps!r} is not an integer"
+    if type(max_steps) is not int or max_steps < 1:
+        return f"budgets.max_steps {max_steps!r} is not a positive integer"
+    if cost is not None and type(cost) not in (int, float):
+        return f"record.meters.cost {cost!r} is not a number"
+    return None
 
 
 def _one_row(cursor: sqlite3.Cursor) -> None:
@@ -207,6 +238,45 @@ class SqliteStore:
             )
             _one_row(cursor)
 
+    def import_run(self, run: RunRow, events: Sequence[Event], record: HaltRecord | None) -> None:
+        """Write a run exported from another journal, its events and its record, in ONE
+        transaction, with the same serialization as the live path. The journal is
+        append-only: a run id already here is refused, never overwritten."""
+        if run.record != record:
+            raise JournalError(
+                "the run row's record and the record to import differ; nothing was written",
+                path=self.path,
+                run_id=run.run_id,
+            )
+        with self._tx(run.run_id) as conn:
+            if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
+                raise JournalError(
+                    "already in this journal; the journal is append-only, so an import never"
+                    " overwrites a run (import into another database)",
+                    path=self.path,
+                    run_id=run.run_id,
+                )
+            conn.execute(_INSERT_RUN, self._run_params(run, record))
+            conn.executemany(_INSERT_EVENT, [self._event_params(e) for e in events])
+
+    def _run_params(self, run: RunRow, record: HaltRecord | None) -> tuple[Any, ...]:
+        return (
+            run.run_id,
+            run.machine,
+            run.machine_sha256,
+            run.machine_text,
+            run.task,
+            _json(run.budgets),
+            run.state,
+            run.status,
+            None if run.halt_reason is None else run.halt_reason.value,
+            run.steps_used,
+            run.started_at,
+            run.ended_at,
+            None if record is None else serde.dumps(record),
+            run.pid,
+        )
+
     # --- reads ----------------------------------------------------------------------------
 
     def _row(self, row: dict[str, Any]) -> RunRow:
@@ -250,6 +320,36 @@ class SqliteStore:
         sql = f"{_SELECT_RUNS} ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?"
         rows = self._read(lambda: list(self.db.query(sql, [limit])))
         return [self._row(r) for r in rows]
+
+    def run_summaries(
+        self, machine: str | None = None, since: str | None = None
+    ) -> list[RunSummary]:
+        """One narrow row per run (see `_SELECT_SUMMARIES`), by machine then start time.
+
+        Plain tuples and type checks, no converter: this reads every run in the journal."""
+        params = {"machine": machine, "since": since}
+        try:
+            rows = self.conn.execute(_SELECT_SUMMARIES, params).fetchall()
+        except sqlite3.Error as exc:
+            raise JournalError(f"read failed: {exc}", path=self.path) from exc
+        return [self._summary(r) for r in rows]
+
+    def _summary(self, row: tuple[Any, ...]) -> RunSummary:
+        run_id, machine, status, reason, steps, max_steps, started, ended, cost = row
+        problem = _summary_problem(status, reason, steps, max_steps, cost)
+        if problem is not None:
+            raise JournalError(f"corrupt runs row: {problem}", path=self.path, run_id=run_id)
+        return RunSummary(
+            run_id=run_id,
+            machine=machine,
+            status=status,
+            halt_reason=None if reason is None else HaltReason(reason),
+            steps_used=steps,
+            max_steps=max_steps,
+            started_at=started,
+            ended_at=ended,
+            cost=None if cost is None else float(cost),
+        )
 
     def events(self, run_id: str) -> list[Event]:
         self.get_run(run_id)

@@ -152,3 +152,29 @@ def test_cli_replay_exit_codes_and_json(store: SqliteStore, tmp_path: Path) -> N
     missing = runner.invoke(cli, ["replay", "nope", "--db", db])
     assert missing.exit_code == 2
     assert "no run 'nope'" in missing.output
+
+
+def test_cli_export_import_replay_and_stats(store: SqliteStore, tmp_path: Path) -> None:
+    record = lab_run(store, tmp_path, [LOOKUP, {"answer": "swordfish"}])
+    runner = CliRunner()
+    db, other, file = str(store.path), str(tmp_path / "other.db"), str(tmp_path / "run.json")
+    out = runner.invoke(cli, ["export", record.run_id, "-o", file, "--db", db])
+    assert out.exit_code == 0, out.output
+    assert f"exported run {record.run_id} (5 events)" in out.output
+    assert runner.invoke(cli, ["import", file, "--db", other]).exit_code == 0
+    again = runner.invoke(cli, ["import", file, "--db", other])
+    assert again.exit_code == 2
+    assert "never overwrites" in again.output
+    replayed = runner.invoke(cli, ["replay", file])
+    assert replayed.exit_code == 0
+    assert "halt completed proven" in replayed.output
+    assert runner.invoke(cli, ["replay", record.run_id, "--db", other]).exit_code == 0
+    assert_replays(file)
+    stats = runner.invoke(cli, ["stats", "--db", other, "--json"])
+    assert stats.exit_code == 0
+    [machine] = json.loads(stats.output)["machines"]
+    assert (machine["machine"], machine["runs"], machine["halt_reasons"]) == (
+        "agent_loop",
+        1,
+        {"completed": 1},
+    )
