@@ -1,4 +1,4 @@
-"""Incident-review commands: `replay` (and the run-file and statistics commands).
+"""Incident-review commands: replay, run files (export, import), stats and diagrams.
 
 Registered on the `fsm-agent` group by `fsm_agent.cli`; a thin layer like the rest of it.
 """
@@ -13,8 +13,11 @@ import click
 
 from fsm_agent import serde
 from fsm_agent.cli import budget_options, cli, cli_errors, db_option, journal_store, json_option
+from fsm_agent.diagram import FORMATS, DiagramFormat, export_diagram, run_path
+from fsm_agent.errors import InvalidInputError
+from fsm_agent.record import atomic_write_text
 from fsm_agent.replay import ReplayReport, format_step, load_run, replay_events
-from fsm_agent.spec import load_machine
+from fsm_agent.spec import load_machine, parse_machine
 
 
 def _exit_code(report: ReplayReport) -> int:
@@ -136,3 +139,42 @@ def stats(db: str, machine: str | None, since: str | None, as_json: bool) -> Non
         click.echo(json.dumps(serde.unstructure(result), indent=2))
     else:
         click.echo(format_stats(result), nl=False)
+
+
+@cli.command()
+@click.argument("machine")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="mermaid",
+    show_default=True,
+    help="mermaid renders in code review; svg needs Graphviz (apt-get install graphviz).",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File (default: stdout).")
+@click.option("--run", "run_source", help="Highlight the path of this run id or run file.")
+@db_option
+@cli_errors
+def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: str | None,
+            db: str) -> None:  # fmt: skip
+    """Export MACHINE (a declared name or a .yaml path) as a diagram; with --run, the path
+    the run took is highlighted and its halt state marked with the halt reason."""
+    spec = load_machine(machine)
+    path = None
+    if run_source is not None:
+        is_file = run_source.endswith(".json") or Path(run_source).is_file()
+        run, events = load_run(run_source) if is_file else load_run(db, run_source)
+        if run.machine != spec.name:
+            raise InvalidInputError(
+                f"run {run.run_id} ran machine {run.machine!r}, not {spec.name!r}"
+            )
+        if run.machine_sha256 != spec.sha256:
+            # Draw what actually ran: the declaration recorded with the run.
+            spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
+        path = run_path(run.run_id, events)
+    text = export_diagram(spec, fmt, path)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        atomic_write_text(output, text)
+        click.echo(f"wrote {fmt} diagram of {spec.name} to {output}")

@@ -1,0 +1,129 @@
+"""Diagrams: valid (checked by Graphviz itself), deterministic, and a run's path highlighted."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import fsm_agent.diagram as diagram
+from fsm_agent import ScriptedModel, load_tools, run
+from fsm_agent.cli import cli
+from fsm_agent.diagram import GraphvizMissing, export_diagram, run_path, to_dot, to_mermaid
+from fsm_agent.spec import load_machine, parse_machine
+from stores.sqlite import SqliteStore
+
+MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
+needs_dot = pytest.mark.skipif(
+    shutil.which("dot") is None, reason="Graphviz missing: apt-get install graphviz"
+)
+
+
+def looping_run(tmp_path: Path) -> tuple[str, Path]:
+    db = tmp_path / "j.db"
+    record = run(
+        "agent_loop",
+        task="loop",
+        model=ScriptedModel([MISS] * 12),
+        tools=load_tools("examples.halt_lab.tools"),
+        store=db,
+        record_path=tmp_path / "r.json",
+    )
+    return record.run_id, db
+
+
+def test_mermaid_lists_every_transition_terminal_reasons_and_budgets() -> None:
+    spec = load_machine("agent_loop")
+    text = to_mermaid(spec)
+    assert text.splitlines()[3] == "stateDiagram-v2"
+    assert "drafting --> done: answer [answer_grounded] / completed" in text
+    assert "tool_pending --> budget_exhausted: tool_timed_out / tool_timeout" in text
+    assert "note right of budget_exhausted: halts as max_steps, wall_clock" in text
+    assert "budgets: max_steps 8, wall_clock_ms 15000" in text
+    assert "class done,budget_exhausted,handoff terminal" in text
+    assert text.count(" --> ") == len(spec.transitions) + 1 + 3  # + start and three terminal exits
+
+
+@pytest.mark.parametrize("fmt", ["mermaid", "dot"])
+def test_output_is_byte_identical_for_the_same_machine(fmt: str) -> None:
+    spec = load_machine("agent_loop")
+    assert export_diagram(spec, fmt, None) == export_diagram(load_machine("agent_loop"), fmt, None)  # type: ignore[arg-type]
+
+
+@needs_dot
+@pytest.mark.parametrize("machine", ["agent_loop", "examples/payments_retry/payments.yaml"])
+def test_dot_is_accepted_by_graphviz_and_svg_is_well_formed(machine: str) -> None:
+    spec = load_machine(machine)
+    done = subprocess.run(
+        ["dot", "-Tsvg"], input=to_dot(spec), capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    root = ET.fromstring(export_diagram(spec, "svg").encode())  # noqa: S314 - our own SVG
+    assert root.tag.endswith("svg")
+    texts = " ".join(t.text or "" for t in root.iter() if t.tag.endswith("text"))
+    assert "drafting" in texts
+
+
+def test_a_run_path_is_highlighted_with_steps_counts_and_the_halt(tmp_path: Path) -> None:
+    run_id, db = looping_run(tmp_path)
+    store = SqliteStore(db)
+    try:
+        path = run_path(run_id, store.events(run_id))
+    finally:
+        store.close()
+    assert path.halt_state == "budget_exhausted"
+    assert path.edges[("drafting", "tool_pending", "tool_call")] == tuple(range(1, 9))
+    spec = load_machine("agent_loop")
+    mermaid = to_mermaid(spec, path)
+    assert "drafting --> tool_pending: tool_call · taken x8 (steps 1-8)" in mermaid
+    assert "class budget_exhausted halted" in mermaid
+    assert f"run {run_id}: halt max_steps" in mermaid
+    dot = to_dot(spec, path)
+    assert 'label="budget_exhausted\\nhalt: max_steps"' in dot
+    assert dot.count("penwidth=2.5") == 4  # the four edges the run took
+
+
+@needs_dot
+def test_hostile_names_are_escaped_in_dot(tmp_path: Path) -> None:
+    text = load_machine("agent_loop").text.replace(
+        "name: agent_loop", 'name: "evil \\" <script>alert(1)</script>"'
+    )
+    spec = parse_machine(text, source="evil.yaml")
+    svg = export_diagram(spec, "svg")
+    assert "<script>" not in svg
+    assert "&lt;script&gt;" in svg
+    ET.fromstring(svg.encode())  # noqa: S314 - our own SVG
+
+
+def test_svg_without_graphviz_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(diagram.shutil, "which", lambda _: None)
+    with pytest.raises(GraphvizMissing, match="apt-get install graphviz"):
+        export_diagram(load_machine("agent_loop"), "svg")
+    result = CliRunner().invoke(cli, ["diagram", "agent_loop", "--format", "svg"])
+    assert result.exit_code == 70
+    assert "apt-get install graphviz" in result.output
+
+
+def test_cli_diagram_to_stdout_to_a_file_and_with_a_run(tmp_path: Path) -> None:
+    runner = CliRunner()
+    shown = runner.invoke(cli, ["diagram", "agent_loop"], catch_exceptions=False)
+    assert shown.exit_code == 0
+    assert "stateDiagram-v2" in shown.output
+    out = tmp_path / "m.dot"
+    wrote = runner.invoke(cli, ["diagram", "agent_loop", "--format", "dot", "-o", str(out)])
+    assert wrote.exit_code == 0
+    assert out.read_text().startswith('digraph "agent_loop"')
+    run_id, db = looping_run(tmp_path)
+    highlighted = runner.invoke(cli, ["diagram", "agent_loop", "--run", run_id, "--db", str(db)])
+    assert highlighted.exit_code == 0
+    assert "class budget_exhausted halted" in highlighted.output
+    wrong = runner.invoke(
+        cli,
+        ["diagram", "examples/payments_retry/payments.yaml", "--run", run_id, "--db", str(db)],
+    )
+    assert wrong.exit_code == 2
+    assert "ran machine 'agent_loop', not 'payments_retry'" in wrong.output
