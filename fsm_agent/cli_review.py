@@ -15,9 +15,17 @@ from fsm_agent import serde
 from fsm_agent.cli import budget_options, cli, cli_errors, db_option, journal_store, json_option
 from fsm_agent.diagram import FORMATS, DiagramFormat, export_diagram, run_path
 from fsm_agent.errors import InvalidInputError
+from fsm_agent.journal import Event, RunRow
 from fsm_agent.record import atomic_write_text
 from fsm_agent.replay import ReplayReport, format_step, load_run, replay_events
 from fsm_agent.spec import load_machine, parse_machine
+
+
+def _load(source: str, db: str) -> tuple[RunRow, list[Event]]:
+    """SOURCE is a run file (`export`'s output) or a run id in the journal at `db`."""
+    if source.endswith(".json") or Path(source).is_file():
+        return load_run(source)
+    return load_run(db, source)
 
 
 def _exit_code(report: ReplayReport) -> int:
@@ -58,8 +66,7 @@ def replay(
     With budget flags or --machine it is a counterfactual: where would the run have halted?
     Exit code: 0 proven (or a counterfactual halt found), 1 diverged or needs unrecorded facts.
     """
-    is_file = source.endswith(".json") or Path(source).is_file()
-    run, events = load_run(source) if is_file else load_run(db, source)
+    run, events = _load(source, db)
     machine = load_machine(machine_ref) if machine_ref else None
     report = replay_events(run, events, machine=machine, budgets=budgets)
     interactive = step_through and sys.stdin.isatty() and sys.stdout.isatty() and not as_json
@@ -162,8 +169,7 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
     spec = load_machine(machine)
     path = None
     if run_source is not None:
-        is_file = run_source.endswith(".json") or Path(run_source).is_file()
-        run, events = load_run(run_source) if is_file else load_run(db, run_source)
+        run, events = _load(run_source, db)
         if run.machine != spec.name:
             raise InvalidInputError(
                 f"run {run.run_id} ran machine {run.machine!r}, not {spec.name!r}"

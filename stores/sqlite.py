@@ -199,23 +199,7 @@ class SqliteStore:
 
     def start_run(self, run: RunRow, first: Event) -> None:
         with self._tx(run.run_id) as conn:
-            conn.execute(
-                "INSERT INTO runs (run_id, machine, machine_sha256, machine_text, task, budgets,"
-                " state, status, steps_used, started_at, pid) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    run.run_id,
-                    run.machine,
-                    run.machine_sha256,
-                    run.machine_text,
-                    run.task,
-                    _json(run.budgets),
-                    run.state,
-                    run.status,
-                    run.steps_used,
-                    run.started_at,
-                    run.pid,
-                ),
-            )
+            conn.execute(_INSERT_RUN, self._run_params(run, None))
             conn.execute(_INSERT_EVENT, self._event_params(first))
 
     def append(self, event: Event) -> None:
