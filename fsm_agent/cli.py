@@ -172,6 +172,12 @@ def _summary(record: HaltRecord) -> str:
 @budget_options
 @click.option("--thrash-limit", type=int, help="Halt after N identical tool calls in a row.")
 @click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False),
+    help="Halt policy file (seed 000's halt-policy.yml); checked strictly, fails closed.",
+)
+@click.option(
     "--record",
     "record_path",
     default=DEFAULT_RECORD_PATH,
@@ -189,6 +195,7 @@ def run(
     db: str,
     budgets: dict[str, int | float | None],
     thrash_limit: int | None,
+    policy_path: str | None,
     record_path: str,
     as_json: bool,
     quiet: bool,
@@ -199,6 +206,11 @@ def run(
     Exit code: 0 done, 3 budget_exhausted, 4 handoff, 2 invalid input, 70 internal error.
     """
     spec = load_machine(machine)
+    control = None
+    if policy_path is not None:
+        from fsm_agent.policy import load_policy
+
+        control = load_policy(policy_path).control_plane_for_runtime()
     model = load_model(model_spec)
     tools = load_tools(tools_module) if tools_module else ToolRegistry()
     state: dict[str, int] = {}
@@ -221,6 +233,7 @@ def run(
             budgets=budgets,
             record_path=record_path,
             thrash_limit=thrash_limit,
+            control=control,
             on_transition=on_transition,
         )
     if as_json:

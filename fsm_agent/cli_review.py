@@ -184,3 +184,49 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
     else:
         atomic_write_text(output, text)
         click.echo(f"wrote {fmt} diagram of {spec.name} to {output}")
+
+
+@cli.command("report")
+@click.argument("source")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="HTML file to write."
+)
+@db_option
+@cli_errors
+def report_(source: str, output: str, db: str) -> None:
+    """Write one self-contained HTML incident report for a run (id or run file): the halt
+    record, the machine with the run's path, the replay verdict and every transition."""
+    from fsm_agent.report import incident_report, write_report
+
+    run, events = _load(source, db)
+    write_report(incident_report(run, events), output)
+    click.echo(f"wrote incident report of run {run.run_id} to {output}")
+
+
+@cli.command()
+@click.argument("machine")
+@click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False),
+    help="Halt policy file (default: the shipped machines/halt-policy.yml).",
+)
+@click.option("--tools", "tools_module", help="Also check the lanes of this tools module.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@cli_errors
+def lint(machine: str, policy_path: str | None, tools_module: str | None, fmt: str) -> None:
+    """Check a declaration and a halt policy for seed 000's red flags before deploy; print
+    findings like a linter (`file:line: CODE …`); exit 1 on any finding."""
+    from fsm_agent.lint import format_findings, lint_paths
+    from fsm_agent.policy import default_policy_path
+    from fsm_agent.tools import load_tools
+
+    tools = load_tools(tools_module) if tools_module else None
+    findings = lint_paths(machine, policy_path or default_policy_path(), tools=tools)
+    click.echo(format_findings(findings, "json" if fmt == "json" else "text"), nl=False)
+    if fmt == "text" and not findings:
+        click.echo(f"ok: {machine}: no findings")
+    if findings:
+        sys.exit(1)

@@ -13,6 +13,7 @@ not offer. Output is deterministic: declaration order, no clocks, no ids.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -115,7 +116,9 @@ def to_mermaid(spec: MachineSpec, path: RunPath | None = None) -> str:
         title += f" — run {path.run_id}"
         if path.halt_reason is not None:
             title += f": halt {path.halt_reason.value}"
-    lines = ["---", f"title: {title}", "---", "stateDiagram-v2", "    direction LR"]
+    # A JSON string is valid YAML: ": " in the title (or markup in a run id) stays text.
+    quoted = json.dumps(title, ensure_ascii=False)
+    lines = ["---", f"title: {quoted}", "---", "stateDiagram-v2", "    direction LR"]
     lines.append(f"    [*] --> {spec.initial}")
     for t in spec.transitions:
         lines.append(f"    {t.source} --> {t.dest}: {_label(t, _taken(path, t))}")
@@ -163,10 +166,9 @@ def to_dot(spec: MachineSpec, path: RunPath | None = None) -> str:
     for s in spec.states:
         attrs_ = []
         if s.terminal:
-            attrs_ += [
-                "peripheries=2",
-                f"xlabel={_dot_str('halts as ' + ', '.join(_reasons(s.name)))}",
-            ]
+            reasons = _reasons(s.name)
+            rows = [", ".join(reasons[i : i + 3]) for i in range(0, len(reasons), 3)]
+            attrs_ += ["peripheries=2", f"xlabel={_dot_str('halts as ' + chr(10).join(rows))}"]
         if path is not None and s.name == path.halt_state and path.halt_reason is not None:
             attrs_ += [
                 'style="rounded,filled"',

@@ -321,7 +321,12 @@ def _conclude(
     last = steps[-1] if steps else None
     recorded = run.halt_reason
     recomputed = last.recomputed_halt if last is not None else None
-    ok = last is not None and last.verdict in ("match", "external") and recomputed == recorded
+    ok = (
+        last is not None
+        and last.verdict in ("match", "external")
+        and recorded is not None
+        and recomputed == recorded
+    )
     summary = _summary(run, last, len(steps), ok)
     return ReplayReport(
         run_id=run.run_id, machine=spec.name, machine_sha256=spec.sha256,

@@ -1,0 +1,74 @@
+"""Journaled runs for the report and browser tests, some carrying hostile model text."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fsm_agent import ScriptedModel, load_tools, run
+from fsm_agent.journal import Event, RunRow
+from fsm_agent.replay import load_run
+from fsm_agent.spec import load_machine
+
+#: Markup a model might send: it must reach the page as text and never run.
+SCRIPT = "<script>window.__pwned=1</script>"
+IMG = "<img src=x onerror=alert(1)>"
+HOSTILE = f"{SCRIPT}</table></td>{IMG}"
+
+needs_dot = pytest.mark.skipif(
+    shutil.which("dot") is None, reason="Graphviz missing: apt-get install graphviz"
+)
+
+
+def journaled(
+    tmp_path: Path,
+    replies: list[object],
+    *,
+    machine: str = "agent_loop",
+    task: str = "Find the refund window",
+    run_id: str | None = None,
+) -> tuple[RunRow, list[Event]]:
+    """Run `machine` on scripted `replies` with the stop_conditions search tool; the run and
+    its events as the journal holds them."""
+    db = tmp_path / "journal.db"
+    record = run(
+        machine,
+        task=task,
+        model=ScriptedModel(replies),
+        tools=load_tools("examples.stop_conditions.tools"),
+        store=db,
+        record_path=tmp_path / "halt-contract.json",
+        run_id=run_id,
+    )
+    return load_run(db, record.run_id)
+
+
+def hostile_run(tmp_path: Path) -> tuple[RunRow, list[Event]]:
+    """A handoff whose task, prose reply, tool-call args and handoff reason are all markup."""
+    replies: list[object] = [
+        f"Sure! {HOSTILE}",
+        {"tool_call": {"name": "search", "args": {"q": HOSTILE}}},
+        {"handoff": {"why": f"needs a human {HOSTILE}"}},
+    ]
+    return journaled(tmp_path, replies, task=f"Find {HOSTILE}")
+
+
+def completed_run(tmp_path: Path) -> tuple[RunRow, list[Event]]:
+    """A search hit with a receipt: halts completed."""
+    replies: list[object] = [{"tool_call": {"name": "search", "args": {"q": "refund window"}}}]
+    return journaled(tmp_path, replies)
+
+
+def hostile_names_run(tmp_path: Path) -> tuple[RunRow, list[Event]]:
+    """Markup in the run id, the machine name and a state name: they reach DOT and SVG."""
+    text = (
+        load_machine("agent_loop")
+        .text.replace("name: agent_loop", f"name: 'evil {SCRIPT}'")
+        .replace("tool_pending", "'tool <img src=x onerror=alert(2)>'")
+    )
+    machine = tmp_path / "evil.yaml"
+    machine.write_text(text, encoding="utf-8")
+    replies: list[object] = [{"tool_call": {"name": "search", "args": {"q": "refund window"}}}]
+    return journaled(tmp_path, replies, machine=str(machine), run_id=f"r1</svg>{SCRIPT}")
