@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from fsm_agent import serde
 from fsm_agent.budgets import Budgets, Meters
-from fsm_agent.deadline import CallResult, ChildError, call_with_deadline
+from fsm_agent.deadline import CallResult, call_with_deadline
 from fsm_agent.errors import Interrupted
 from fsm_agent.journal import Facts
 from fsm_agent.lanes import ControlPlane, Lane, assert_local_halt
 from fsm_agent.models import ModelAdapter, ModelReply, Prompt
+from fsm_agent.outcomes import grounded_values, jsonable, outcome_from_call
 from fsm_agent.proposals import (
     FinalAnswer,
     HandoffRequest,
@@ -29,12 +30,12 @@ from fsm_agent.proposals import (
     ToolCall,
     parse_reply,
 )
-from fsm_agent.receipts import Receipt, receipts_complete
+from fsm_agent.receipts import receipts_complete
 from fsm_agent.record import ToolCallEntry
 from fsm_agent.refs import resolve_callable
 from fsm_agent.snapshot import Snapshot, ToolOutcome
 from fsm_agent.spec import MachineSpec
-from fsm_agent.tools import ToolError, ToolRegistry, ToolResult
+from fsm_agent.tools import ToolRegistry, ToolResult
 
 Clock = Callable[[], float]
 
@@ -45,22 +46,6 @@ class ActionResult:
 
     outcome: str
     result: ToolResult | None = None
-
-
-def _jsonable(value: Any) -> Any:
-    """A raw value as JSON-able data for the journal (repr for anything else).
-
-    UTF-8 bytes are kept as their text, so a replay parses what the live run parsed."""
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            return repr(value)
-    try:
-        json.dumps(value, allow_nan=False)
-        return value
-    except (TypeError, ValueError, RecursionError):
-        return repr(value)
 
 
 @attrs.define
@@ -206,92 +191,8 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
                 "content": "a final answer counts only if a receipted tool result backs it",
             }
         )
-    facts = Facts(action="model", reply=_jsonable(content), reply_cost=float(cost), error=error)
+    facts = Facts(action="model", reply=jsonable(content), reply_cost=float(cost), error=error)
     return _outcome_of(proposal), facts
-
-
-def _check_result(result: ToolResult) -> None:
-    """Type-check a ToolResult built in Python as strictly as the converter checks a dict
-    (attrs does not check types: a receipt status of "200" would pass construction)."""
-
-    def bad(path: str, want: str, got: Any) -> TypeError:
-        return TypeError(f"expected {want}, got {got!r} @ $.{path}")
-
-    if not isinstance(result.receipts, tuple):
-        raise bad("receipts", "a tuple of Receipt", result.receipts)
-    for i, r in enumerate(result.receipts):
-        if not isinstance(r, Receipt):
-            raise bad(f"receipts[{i}]", "a Receipt", r)
-        if isinstance(r.status, bool) or not isinstance(r.status, int):
-            raise bad(f"receipts[{i}].status", "an integer", r.status)
-        for name in ("id", "idempotency_key", "checksum"):
-            value = getattr(r, name)
-            if not isinstance(value, str) and not (value is None and name != "id"):
-                raise bad(f"receipts[{i}].{name}", "a string", value)
-    if result.final is not None and not isinstance(result.final, str):
-        raise bad("final", "a string or null", result.final)
-
-
-def _to_result(value: Any) -> ToolResult:
-    """A tool's return value, checked strictly whether it came as a ToolResult or a dict."""
-    if isinstance(value, ToolResult):
-        _check_result(value)
-        return value
-    if isinstance(value, dict):
-        return serde.structure(value, ToolResult)
-    raise TypeError(
-        f"a tool returns ToolResult or a dict of its fields, got {type(value).__name__}"
-    )
-
-
-def _outcome_from_call(name: str, args: dict[str, Any], call: CallResult) -> ToolOutcome:
-    ms = call.elapsed_ms
-    if call.status == "timeout":
-        late = call.fate == "late (inline)"
-        return ToolOutcome(
-            name=name,
-            args=args,
-            duration_ms=ms,
-            status="timed_out",
-            outcome_unknown=not late,
-            error=f"finished after {ms} ms, past its deadline (inline: it could not be"
-            " interrupted); its result is refused"
-            if late
-            else f"no result within {ms} ms; {call.fate} at the deadline; its side effect"
-            " is unknown",
-        )
-    if call.status == "error":
-        err = call.error
-        retryable = isinstance(err, ToolError | ChildError) and err.retryable
-        return ToolOutcome(
-            name=name,
-            args=args,
-            duration_ms=ms,
-            status="failed",
-            retryable=retryable,
-            error=f"{type(err).__name__}: {err}",
-        )
-    try:
-        result = _to_result(call.value)
-    except Exception as exc:
-        return ToolOutcome(
-            name=name,
-            args=args,
-            duration_ms=ms,
-            status="failed",
-            retryable=False,
-            error=f"tool returned a malformed result: {serde.error_path(exc)}",
-        )
-    return ToolOutcome(
-        status="returned",
-        receipts=result.receipts,
-        observation=_jsonable(result.observation),
-        final=result.final,
-        cost=result.cost,
-        name=name,
-        args=args,
-        duration_ms=ms,
-    )
 
 
 def _record_call(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
@@ -364,7 +265,7 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
             name=f"tool:{tool.name}",
         ),
     )
-    outcome = _record_call(ctx, _outcome_from_call(tool.name, args, call))
+    outcome = _record_call(ctx, outcome_from_call(tool.name, args, call))
     trigger = {"returned": "tool_returned", "failed": "tool_failed", "timed_out": "tool_timed_out"}[
         outcome.status
     ]
@@ -375,43 +276,13 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
     return trigger, Facts(action="tool", tool=outcome, error=outcome.error)
 
 
-MAX_GROUNDED = 256
-
-
-def _leaves(value: Any, depth: int = 0) -> Iterator[str]:
-    if depth > 8:
-        return
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        yield str(value)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _leaves(v, depth + 1)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _leaves(v, depth + 1)
-
-
-def _grounded_values(known: tuple[str, ...], outcome: ToolOutcome) -> tuple[str, ...]:
-    """Add what a receipted result returned: its final, its receipt ids, its observation."""
-    found = [outcome.final] if outcome.final else []
-    found += [r.id for r in outcome.receipts]
-    found += [v[:4096] for v in _leaves(outcome.observation)]
-    merged = list(known)
-    for value in found:
-        if value and value not in merged:
-            merged.append(value)
-    return tuple(merged[:MAX_GROUNDED])
-
-
 def _collect_receipts(ctx: RunContext) -> tuple[str, Facts]:
     outcome = ctx.tool
     if outcome is not None and outcome.status == "returned":
         complete = receipts_complete(outcome.receipts)
         ctx.evidence = ctx.evidence or complete
         if complete:
-            ctx.grounded = _grounded_values(ctx.grounded, outcome)
+            ctx.grounded = grounded_values(ctx.grounded, outcome)
         ctx.history.append(
             {
                 "role": "tool",
@@ -442,7 +313,7 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> tuple[str, Facts]:
             args={},
             status="returned",
             receipts=result.receipts,
-            observation=_jsonable(result.observation),
+            observation=jsonable(result.observation),
             final=result.final,
             cost=result.cost,
             duration_ms=call.elapsed_ms,
@@ -454,6 +325,6 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> tuple[str, Facts]:
             elapsed_ms=call.elapsed_ms,
             error=TypeError(f"a user action returns ActionResult, got {type(call.value).__name__}"),
         )
-    outcome = _record_call(ctx, _outcome_from_call(ref, {}, call))
+    outcome = _record_call(ctx, outcome_from_call(ref, {}, call))
     trigger = "timed_out" if call.status == "timeout" else "failed"
     return trigger, Facts(action=ref, tool=outcome, error=outcome.error)

@@ -17,7 +17,8 @@ from fsm_agent.diagram import FORMATS, DiagramFormat, export_diagram, run_path
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import Event, RunRow
 from fsm_agent.record import atomic_write_text
-from fsm_agent.replay import ReplayReport, format_step, load_run, replay_events
+from fsm_agent.replay import ReplayReport, load_run, replay_events
+from fsm_agent.replay_view import format_step
 from fsm_agent.spec import load_machine, parse_machine
 
 

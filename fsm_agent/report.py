@@ -25,7 +25,8 @@ from fsm_agent.journal import Event, GuardResult, RunRow
 from fsm_agent.proposals import FinalAnswer, HandoffRequest, Proposal, Rejection, ToolCall
 from fsm_agent.receipts import Receipt
 from fsm_agent.record import HaltRecord, atomic_write_text
-from fsm_agent.replay import ReplayReport, format_step, replay_events
+from fsm_agent.replay import ReplayReport, replay_events
+from fsm_agent.replay_view import format_step
 from fsm_agent.snapshot import ToolOutcome
 from fsm_agent.spec import MachineSpec, parse_machine
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-from fsm_agent.replay import ReplayReport, format_step, load_run, replay_events
+from fsm_agent.replay import ReplayReport, load_run, replay_events
+from fsm_agent.replay_view import format_step
 
 
 def assert_replays(path: str | os.PathLike[str], run_id: str | None = None) -> ReplayReport:

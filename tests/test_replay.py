@@ -15,7 +15,8 @@ import fsm_agent.machine as machine_module
 from examples.scenarios import SCENARIOS, run_scenario
 from fsm_agent import HaltReason, HaltRecord, ScriptedModel, Snapshot, load_tools, run
 from fsm_agent.cli import cli
-from fsm_agent.replay import format_step, replay_events
+from fsm_agent.replay import replay_events
+from fsm_agent.replay_view import format_step
 from fsm_agent.spec import load_machine, parse_machine
 from fsm_agent.testing import assert_replays
 from stores.sqlite import SqliteStore
