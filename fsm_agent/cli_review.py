@@ -210,7 +210,8 @@ def report_(source: str, output: str, db: str) -> None:
     "--policy",
     "policy_path",
     type=click.Path(dir_okay=False),
-    help="Halt policy file (default: the shipped machines/halt-policy.yml).",
+    help="Halt policy file (default: the one the machine declares, else the shipped"
+    " machines/halt-policy.yml).",
 )
 @click.option("--tools", "tools_module", help="Also check the lanes of this tools module.")
 @click.option(
@@ -225,7 +226,8 @@ def lint(machine: str, policy_path: str | None, tools_module: str | None, fmt: s
     from fsm_agent.tools import load_tools
 
     tools = load_tools(tools_module) if tools_module else None
-    findings = lint_paths(machine, policy_path or default_policy_path(), tools=tools)
+    policy = policy_path or load_machine(machine).policy_path() or default_policy_path()
+    findings = lint_paths(machine, policy, tools=tools)
     click.echo(format_findings(findings, "json" if fmt == "json" else "text"), nl=False)
     if fmt == "text" and not findings:
         click.echo(f"ok: {machine}: no findings")

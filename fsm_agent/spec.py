@@ -41,6 +41,7 @@ _TOP_KEYS = {
     "budgets",
     "thrash_limit",
     "tools",
+    "policy",
     "states",
     "transitions",
 }
@@ -85,6 +86,14 @@ class MachineSpec:
     budgets: Mapping[str, int | float]
     thrash_limit: int
     tools: tuple[str, ...] | None
+    #: the halt policy file the declaration names, as written (relative to the file)
+    policy: str | None = None
+
+    def policy_path(self) -> Path | None:
+        """The declared policy file, resolved next to the declaration (None if none)."""
+        if self.policy is None:
+            return None
+        return Path(self.source).parent / self.policy
 
     def state(self, name: str) -> StateSpec:
         for s in self.states:
@@ -124,7 +133,20 @@ def load_machine(ref: str) -> MachineSpec:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise MachineSpecError(f"cannot read: {exc}", source=str(path)) from exc
-    return parse_machine(text, source=str(path))
+    spec = parse_machine(text, source=str(path))
+    declared = spec.policy_path()
+    if declared is not None:  # a declared policy must load: it fails closed at load time
+        from fsm_agent.policy import PolicyError, load_policy
+
+        try:
+            load_policy(declared)
+        except PolicyError as exc:
+            from fsm_agent.yamlsource import LineIndex
+
+            raise LineIndex(text, str(path)).error(
+                f"policy {spec.policy!r}: {exc}", "$.policy"
+            ) from exc
+    return spec
 
 
 def parse_machine(text: str, *, source: str) -> MachineSpec:
@@ -178,7 +200,17 @@ class _Validator:
             budgets=self._budgets(d.get("budgets")),
             thrash_limit=self._thrash(d.get("thrash_limit", 0)),
             tools=self._tools(d),
+            policy=self._policy(d.get("policy")),
         )
+
+    def _policy(self, raw: Any) -> str | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, str) or not raw.strip():
+            raise self.err(
+                "policy must name a halt policy file (relative to this file)", "$.policy"
+            )
+        return raw
 
     def _str(self, d: Mapping[str, Any], key: str, path: str) -> str:
         value = d.get(key)

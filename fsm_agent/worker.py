@@ -76,6 +76,11 @@ def run(
     if not isinstance(task, str) or not task.strip():
         raise InvalidInputError("task must be a non-empty string")
     frozen = make_budgets(spec.budgets, budgets)
+    declared_policy = spec.policy_path()
+    if control is None and declared_policy is not None:
+        from fsm_agent.policy import load_policy
+
+        control = load_policy(declared_policy).control_plane_for_runtime()
     if thrash_limit is not None and (isinstance(thrash_limit, bool) or thrash_limit < 0):
         raise InvalidInputError(f"thrash_limit must be >= 0 (0 = off), got {thrash_limit!r}")
     registry = tools if tools is not None else ToolRegistry()
