@@ -233,3 +233,46 @@ def lint(machine: str, policy_path: str | None, tools_module: str | None, fmt: s
         click.echo(f"ok: {machine}: no findings")
     if findings:
         sys.exit(1)
+
+
+@cli.command("raise-budget")
+@click.argument("run_id")
+@budget_options
+@click.option("--why", required=True, help="Why the cap is raised (journaled with the act).")
+@click.option("--who", help="Who raises it (default: the login name).")
+@db_option
+@cli_errors
+def raise_budget(
+    run_id: str, budgets: dict[str, int | float | None], why: str, who: str | None, db: str
+) -> None:
+    """Raise a live run's caps. Only a person can: the run applies it before its next model
+    call and journals who, why and the old and new values; replay shows the act."""
+    import getpass
+
+    from fsm_agent.budgets import check_budget
+    from fsm_agent.journal import Control
+    from fsm_agent.worker import now_iso
+
+    asked = {name: value for name, value in budgets.items() if value is not None}
+    if not asked:
+        raise InvalidInputError("say which cap to raise (--max-steps N, --wall-clock-ms N, …)")
+    if not why.strip():
+        raise InvalidInputError("--why must say why the cap is raised")
+    with journal_store(db, must_exist=True) as store:
+        run = store.get_run(run_id)
+        if run.status != "running":
+            raise InvalidInputError(
+                f"run {run_id} has halted ({run.halt_reason}); only a live run's caps can be raised"
+            )
+        current = store.events(run_id)[-1].snapshot.budgets
+        for name, value in asked.items():
+            if check_budget(name, value) <= getattr(current, name):
+                raise InvalidInputError(
+                    f"{name} {value} does not raise the current {getattr(current, name)}"
+                )
+        control = Control(id=0, run_id=run_id, kind="raise_budget", payload=asked,
+                          who=who or getpass.getuser(), why=why, at=now_iso())  # fmt: skip
+        number = store.add_control(control)
+    changes = ", ".join(f"{n} {getattr(current, n)} -> {v}" for n, v in asked.items())
+    click.echo(f"queued raise-budget #{number} for run {run_id}: {changes}; the run applies it"
+               " before its next model call and journals it")  # fmt: skip

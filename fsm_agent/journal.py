@@ -19,7 +19,9 @@ from fsm_agent.record import HaltRecord
 from fsm_agent.snapshot import Snapshot, ToolOutcome
 
 SCHEMA_VERSION = 1
-EventKind = Literal["started", "transition"]
+#: started opens a run; transition is one state change; operator is a person's act on a
+#: live run (a raised budget), journaled where it took effect.
+EventKind = Literal["started", "transition", "operator"]
 RunStatus = Literal["running", "halted"]
 
 
@@ -89,6 +91,19 @@ class RunRow:
 
 
 @attrs.frozen
+class Control:
+    """An operator's instruction to a live run, waiting in the store until the run reads it."""
+
+    id: int
+    run_id: str
+    kind: Literal["raise_budget"]
+    payload: dict[str, Any]
+    who: str
+    why: str
+    at: str
+
+
+@attrs.frozen
 class RunSummary:
     """The few columns of one run that statistics need, read without decoding its events.
 
@@ -124,6 +139,10 @@ class Store(Protocol):
     def list_runs(self, limit: int = 20) -> list[RunRow]: ...
 
     def events(self, run_id: str) -> list[Event]: ...
+
+    def add_control(self, control: Control) -> int: ...
+
+    def controls(self, run_id: str, after: int = 0) -> list[Control]: ...
 
     def close(self) -> None: ...
 

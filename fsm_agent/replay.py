@@ -232,6 +232,8 @@ def _replay_event(r: _Replayer, event: Event) -> StepReport:
             guards=_guard_checks(event.check, first.guards),
             detail=None if verdict == "match" else "the start-of-run budget check differs",
         )
+    if event.kind == "operator":  # a person's act (a raised budget): a recorded fact
+        return StepReport(**_step_base(event, snap), verdict="external", detail=event.note)
     assert event.source is not None  # noqa: S101 - only the started event has no source
     if event.trigger in _EXTERNAL and event.halt is _EXTERNAL[event.trigger]:
         return StepReport(

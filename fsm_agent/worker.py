@@ -23,7 +23,7 @@ from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.errors import HaltPathRefused, Interrupted, InvalidInputError, JournalError
 from fsm_agent.halt import HaltReason, terminal_state
 from fsm_agent.interrupts import InterruptGate
-from fsm_agent.journal import Event, Facts, GuardResult, RunRow, Store
+from fsm_agent.journal import Event, EventKind, Facts, GuardResult, RunRow, Store
 from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
 from fsm_agent.machine import compile_machine
 from fsm_agent.models import ModelAdapter
@@ -147,6 +147,7 @@ class _Worker:
         self.started_at = now_iso()
         self.record: HaltRecord | None = None
         self.journaled = False  # True once the run's first event is committed
+        self.control_seen = 0  # the last operator control applied
 
     @property
     def budgets(self) -> Budgets:
@@ -212,7 +213,10 @@ class _Worker:
 
     def _step(self) -> None:
         state = self.state
-        outcome, facts = perform(self.ctx, state, self.spec.state(state).action or "")
+        action = self.spec.state(state).action or ""
+        if action == "model":  # before each model call: an operator may have raised a cap
+            self._apply_controls(action)
+        outcome, facts = perform(self.ctx, state, action)
         snap = self.ctx.snapshot(state, outcome, None)
         budget = self.compiled.check_budget(state, snap)
         if budget.transition is not None:
@@ -252,6 +256,27 @@ class _Worker:
         if check.transition is not None:
             self._halt_on(check.transition, after, check.guards, None, self._meter(after))
 
+    def _apply_controls(self, action: str) -> None:
+        """Apply operators' instructions queued in the store, each journaled as an act."""
+        for control in self.store.controls(self.run_id, after=self.control_seen):
+            self.control_seen = control.id
+            before = self.ctx.budgets
+            try:
+                raised = make_budgets(attrs.asdict(before), control.payload)
+                lowered = [n for n in control.payload if getattr(raised, n) < getattr(before, n)]
+                if lowered:
+                    raise InvalidInputError(f"{', '.join(lowered)} would be lowered, not raised")
+            except InvalidInputError as exc:  # fail closed: the budgets stay as they were
+                note = f"raise-budget by {control.who} refused: {exc}"
+            else:
+                self.ctx.budgets = raised
+                changes = ", ".join(
+                    f"{n} {getattr(before, n)} -> {getattr(raised, n)}" for n in control.payload
+                )
+                note = f"raise-budget by {control.who}: {changes}; why: {control.why}"
+            snap = self.ctx.snapshot(self.state, None, action)
+            self._journal("raise_budget", self.state, snap, kind="operator", note=note)
+
     @staticmethod
     def _meter(snap: Snapshot) -> HaltReason | None:
         return tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
@@ -270,11 +295,12 @@ class _Worker:
         halt: HaltReason | None = None,
         retry: bool = False,
         note: str | None = None,
+        kind: EventKind = "transition",
     ) -> None:
         event = Event(
             run_id=self.run_id,
             seq=self.seq + 1,
-            kind="transition",
+            kind=kind,
             at_ms=snapshot.clock_ms,
             wall_time=now_iso(),
             source=self.state,

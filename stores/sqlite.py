@@ -23,7 +23,7 @@ from fsm_agent import serde
 from fsm_agent.budgets import Budgets
 from fsm_agent.errors import JournalError, RunNotFound
 from fsm_agent.halt import HaltReason
-from fsm_agent.journal import Event, Facts, GuardResult, RunRow, RunSummary
+from fsm_agent.journal import Control, Event, Facts, GuardResult, RunRow, RunSummary
 from fsm_agent.record import HaltRecord
 from fsm_agent.snapshot import Snapshot
 
@@ -53,6 +53,16 @@ def _m001(db: sqlite_utils.Database) -> None:
         db.execute(f"""
             CREATE TRIGGER events_no_{op.lower()} BEFORE {op} ON events
             BEGIN SELECT RAISE(ABORT, 'the journal is append-only'); END""")
+
+
+@migrations(name="m002_controls")
+def _m002(db: sqlite_utils.Database) -> None:
+    db.execute("""
+        CREATE TABLE controls (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs (run_id),
+            kind TEXT NOT NULL, payload TEXT NOT NULL, who TEXT NOT NULL, why TEXT NOT NULL,
+            at TEXT NOT NULL)""")
+    db.execute("CREATE INDEX controls_run ON controls (run_id, id)")
 
 
 _INSERT_EVENT = """
@@ -382,6 +392,27 @@ class SqliteStore:
             return query()  # type: ignore[no-any-return]
         except sqlite3.Error as exc:
             raise JournalError(f"read failed: {exc}", path=self.path) from exc
+
+    def add_control(self, control: Control) -> int:
+        """Queue an operator's instruction for a live run; returns its id."""
+        with self._tx(control.run_id) as conn:
+            cursor = conn.execute(
+                "INSERT INTO controls (run_id, kind, payload, who, why, at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (control.run_id, control.kind, json.dumps(control.payload), control.who,
+                 control.why, control.at),
+            )  # fmt: skip
+        return int(cursor.lastrowid or 0)
+
+    def controls(self, run_id: str, after: int = 0) -> list[Control]:
+        """The instructions for `run_id` queued after control `after`, oldest first."""
+        sql = "SELECT * FROM controls WHERE run_id = ? AND id > ? ORDER BY id"
+        rows = self._read(lambda: list(self.db.query(sql, [run_id, after])))
+        return [
+            Control(id=r["id"], run_id=r["run_id"], kind=r["kind"],
+                    payload=json.loads(r["payload"]), who=r["who"], why=r["why"], at=r["at"])
+            for r in rows
+        ]  # fmt: skip
 
     def close(self) -> None:
         self.conn.close()

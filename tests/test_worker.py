@@ -1021,6 +1021,10 @@ class FailingStore:
             raise JournalError("disk I/O error", path=self.inner.path, run_id=event.run_id)
         self.inner.append(event)
 
+    def __getattr__(self, name: str) -> Any:
+        """Everything this double does not fail on goes to the real store."""
+        return getattr(self.inner, name)
+
     def finish_run(self, record: HaltRecord) -> None:
         if self.fail_finish:
             raise JournalError("disk I/O error", path=self.inner.path, run_id=record.run_id)
