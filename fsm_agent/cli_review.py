@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -276,3 +277,42 @@ def raise_budget(
     changes = ", ".join(f"{n} {getattr(current, n)} -> {v}" for n, v in asked.items())
     click.echo(f"queued raise-budget #{number} for run {run_id}: {changes}; the run applies it"
                " before its next model call and journals it")  # fmt: skip
+
+
+def _routing(kind: Literal["freeze_routing", "unfreeze_routing"], why: str, who: str | None,
+             db: str) -> None:  # fmt: skip
+    import getpass
+
+    from fsm_agent.journal import Control
+    from fsm_agent.worker import now_iso
+
+    if not why.strip():
+        raise InvalidInputError("--why must say why")
+    control = Control(id=0, run_id=None, kind=kind, payload={}, who=who or getpass.getuser(),
+                      why=why, at=now_iso())  # fmt: skip
+    with journal_store(db) as store:
+        number = store.add_control(control)
+    verb = "frozen" if kind == "freeze_routing" else "unfrozen"
+    click.echo(f"routing {verb} (#{number}); running workers read it before their next model"
+               " call, and the act is journaled in each run that sees it")  # fmt: skip
+
+
+@cli.command("freeze-routing")
+@click.option("--why", required=True, help="Why (journaled with the act).")
+@click.option("--who", help="Who freezes it (default: the login name).")
+@db_option
+@cli_errors
+def freeze_routing(why: str, who: str | None, db: str) -> None:
+    """Stop every run on this journal from calling a model that is not on a local lane; a
+    run that would must hand off (routing_frozen). No deploy needed."""
+    _routing("freeze_routing", why, who, db)
+
+
+@cli.command("unfreeze-routing")
+@click.option("--why", required=True, help="Why (journaled with the act).")
+@click.option("--who", help="Who unfreezes it (default: the login name).")
+@db_option
+@cli_errors
+def unfreeze_routing(why: str, who: str | None, db: str) -> None:
+    """Lift a routing freeze."""
+    _routing("unfreeze_routing", why, who, db)

@@ -28,6 +28,7 @@ class HaltReason(enum.StrEnum):
     TOOL_REFUSED = "tool_refused"
     HALT_PATH_REFUSED = "halt_path_refused"
     NO_TRANSITION = "no_transition"
+    ROUTING_FROZEN = "routing_frozen"
     INTERRUPTED = "interrupted"
     INTERNAL_ERROR = "internal_error"
 
@@ -54,6 +55,7 @@ TERMINAL_STATE: Final = MappingProxyType(
         HaltReason.TOOL_REFUSED: HANDOFF,
         HaltReason.HALT_PATH_REFUSED: HANDOFF,
         HaltReason.NO_TRANSITION: HANDOFF,
+        HaltReason.ROUTING_FROZEN: HANDOFF,
         HaltReason.INTERRUPTED: HANDOFF,
         HaltReason.INTERNAL_ERROR: HANDOFF,
     }

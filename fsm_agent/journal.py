@@ -92,11 +92,12 @@ class RunRow:
 
 @attrs.frozen
 class Control:
-    """An operator's instruction to a live run, waiting in the store until the run reads it."""
+    """An operator's instruction, waiting in the store until a run reads it: for one live run
+    (raise_budget), or for every run (freeze_routing / unfreeze_routing, `run_id` None)."""
 
     id: int
-    run_id: str
-    kind: Literal["raise_budget"]
+    run_id: str | None
+    kind: Literal["raise_budget", "freeze_routing", "unfreeze_routing"]
     payload: dict[str, Any]
     who: str
     why: str

@@ -87,10 +87,10 @@ _HOW: Final[Mapping[str, str]] = {
     " receipt guard. Runtime: receipts_complete needs a 2xx integer status and a non-empty id"
     " (a 206 with an empty id is not success)",
     "HP007": _TRACES,
-    "HP008": "not yet covered: an operator's act, not decidable statically; the freeze-routing"
-    " flag that workers read from the store before each step is still open work (issue 6)."
-    " Today the policy is a file read per run (--policy), not compiled in, so changing routing"
-    " needs no deploy, only a new run",
+    "HP008": "impossible at runtime, not decidable statically (it is an operator's act):"
+    " `fsm-agent freeze-routing` writes a flag to the store; every run reads it before each"
+    " model call, journals it, and while frozen refuses a model that is not on a local lane"
+    " (routing_frozen). No deploy (tests/test_operator.py)",
     "HP009": "lint HP009 (needs the tool registry): a privileged tool on a free lane or a free"
     " server. Runtime: continuation is decided by local guards only, a free halt lane is"
     " refused, and every call runs under its time cap and the wall clock",

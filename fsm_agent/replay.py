@@ -33,7 +33,11 @@ from fsm_agent.spec import MachineSpec, parse_machine
 
 Verdict = Literal["match", "diverged", "external", "halted_earlier", "needs_facts"]
 #: Halts the runtime imposes from outside the declaration: accepted as recorded facts.
-_EXTERNAL = {"signal": HaltReason.INTERRUPTED, "error": HaltReason.INTERNAL_ERROR}
+_EXTERNAL = {
+    "signal": HaltReason.INTERRUPTED,
+    "error": HaltReason.INTERNAL_ERROR,
+    "routing_frozen": HaltReason.ROUTING_FROZEN,
+}
 
 
 @attrs.frozen

@@ -23,10 +23,11 @@ from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.errors import HaltPathRefused, Interrupted, InvalidInputError, JournalError
 from fsm_agent.halt import HaltReason, terminal_state
 from fsm_agent.interrupts import InterruptGate
-from fsm_agent.journal import Event, EventKind, Facts, GuardResult, RunRow, Store
+from fsm_agent.journal import Control, Event, EventKind, Facts, GuardResult, RunRow, Store
 from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
 from fsm_agent.machine import compile_machine
 from fsm_agent.models import ModelAdapter
+from fsm_agent.operator import OperatorControls, RoutingFrozen
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, write_record
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, TransitionSpec, load_machine
@@ -126,7 +127,7 @@ async def arun(machine: MachineSpec | str, **kwargs: Any) -> HaltRecord:
     return await asyncio.to_thread(run, machine, **kwargs)
 
 
-class _Worker:
+class _Worker(OperatorControls):
     def __init__(
         self,
         ctx: RunContext,
@@ -148,6 +149,7 @@ class _Worker:
         self.record: HaltRecord | None = None
         self.journaled = False  # True once the run's first event is committed
         self.control_seen = 0  # the last operator control applied
+        self.frozen_by: Control | None = None  # the freeze in force, if routing is frozen
 
     @property
     def budgets(self) -> Budgets:
@@ -166,6 +168,8 @@ class _Worker:
                 raise
             except HaltPathRefused as exc:
                 self._force(HaltReason.HALT_PATH_REFUSED, "refused", str(exc))
+            except RoutingFrozen as exc:
+                self._force(HaltReason.ROUTING_FROZEN, "routing_frozen", str(exc))
             except Exception as exc:
                 self._force(HaltReason.INTERNAL_ERROR, "error", f"{type(exc).__name__}: {exc}")
         assert self.record is not None  # noqa: S101 - every path above sets it
@@ -204,6 +208,7 @@ class _Worker:
             self.store.start_run(row, event)
             self.journaled = True
         self._notify(event)
+        self._catch_up_routing()
         for key in sorted(CONTROL_KEYS):
             why = halt_lane_refusal(self.ctx.control, key, self.ctx.halt_lane)
             if why is not None:
@@ -255,27 +260,6 @@ class _Worker:
         )
         if check.transition is not None:
             self._halt_on(check.transition, after, check.guards, None, self._meter(after))
-
-    def _apply_controls(self, action: str) -> None:
-        """Apply operators' instructions queued in the store, each journaled as an act."""
-        for control in self.store.controls(self.run_id, after=self.control_seen):
-            self.control_seen = control.id
-            before = self.ctx.budgets
-            try:
-                raised = make_budgets(attrs.asdict(before), control.payload)
-                lowered = [n for n in control.payload if getattr(raised, n) < getattr(before, n)]
-                if lowered:
-                    raise InvalidInputError(f"{', '.join(lowered)} would be lowered, not raised")
-            except InvalidInputError as exc:  # fail closed: the budgets stay as they were
-                note = f"raise-budget by {control.who} refused: {exc}"
-            else:
-                self.ctx.budgets = raised
-                changes = ", ".join(
-                    f"{n} {getattr(before, n)} -> {getattr(raised, n)}" for n in control.payload
-                )
-                note = f"raise-budget by {control.who}: {changes}; why: {control.why}"
-            snap = self.ctx.snapshot(self.state, None, action)
-            self._journal("raise_budget", self.state, snap, kind="operator", note=note)
 
     @staticmethod
     def _meter(snap: Snapshot) -> HaltReason | None:

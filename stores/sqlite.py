@@ -59,10 +59,11 @@ def _m001(db: sqlite_utils.Database) -> None:
 def _m002(db: sqlite_utils.Database) -> None:
     db.execute("""
         CREATE TABLE controls (
-            id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL REFERENCES runs (run_id),
+            id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT REFERENCES runs (run_id),
             kind TEXT NOT NULL, payload TEXT NOT NULL, who TEXT NOT NULL, why TEXT NOT NULL,
             at TEXT NOT NULL)""")
     db.execute("CREATE INDEX controls_run ON controls (run_id, id)")
+    db.execute("CREATE INDEX controls_global ON controls (id) WHERE run_id IS NULL")
 
 
 _INSERT_EVENT = """
@@ -405,8 +406,9 @@ class SqliteStore:
         return int(cursor.lastrowid or 0)
 
     def controls(self, run_id: str, after: int = 0) -> list[Control]:
-        """The instructions for `run_id` queued after control `after`, oldest first."""
-        sql = "SELECT * FROM controls WHERE run_id = ? AND id > ? ORDER BY id"
+        """The instructions for `run_id`, and those for every run, queued after control
+        `after`, oldest first (one indexed read before each model call)."""
+        sql = "SELECT * FROM controls WHERE (run_id = ? OR run_id IS NULL) AND id > ? ORDER BY id"
         rows = self._read(lambda: list(self.db.query(sql, [run_id, after])))
         return [
             Control(id=r["id"], run_id=r["run_id"], kind=r["kind"],

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from fsm_agent import HaltReason, read_record
+from fsm_agent import HaltReason, HaltRecord, Lane, ScriptedModel, load_tools, read_record, run
 from fsm_agent.cli import cli
+from fsm_agent.journal import Control
 from fsm_agent.replay import replay_events
 from stores.sqlite import SqliteStore
 
@@ -83,3 +84,83 @@ def test_raise_budget_needs_a_cap_and_a_reason(tmp_path: Path) -> None:
     missing = runner.invoke(cli, ["raise-budget", "r", "--max-steps", "9", "--db", str(db)])
     assert missing.exit_code == 2
     assert "--why" in missing.output
+
+
+class RemoteModel:
+    """A model adapter on a paid HTTP lane (data plane): a freeze must stop it being called."""
+
+    lane = Lane(kind="http", tier="paid")
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, prompt: object) -> dict[str, object]:
+        self.calls += 1
+        return {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
+
+
+def _lab_run(db: Path, tmp_path: Path, model: object) -> HaltRecord:
+    return run(
+        "agent_loop",
+        task="t",
+        model=model,  # type: ignore[arg-type]
+        tools=load_tools("examples.halt_lab.tools"),
+        store=db,
+        budgets={"max_steps": 3},
+        record_path=tmp_path / "r.json",
+    )
+
+
+def test_a_routing_freeze_stops_non_local_model_calls_until_lifted(tmp_path: Path) -> None:
+    db = tmp_path / "j.db"
+    runner = CliRunner()
+    frozen = runner.invoke(cli, ["freeze-routing", "--why", "provider incident", "--who", "bob",
+                                 "--db", str(db)])  # fmt: skip
+    assert frozen.exit_code == 0, frozen.output
+    remote = RemoteModel()
+    record = _lab_run(db, tmp_path, remote)
+    assert record.halt_reason is HaltReason.ROUTING_FROZEN
+    assert record.terminal_state == "handoff"
+    assert remote.calls == 0  # refused before the call, not after
+    assert record.error is not None
+    assert "routing frozen by bob (provider incident)" in record.error
+    assert "http/paid is not a local function" in record.error
+    # A local model is not affected by the freeze.
+    local = _lab_run(
+        db, tmp_path, ScriptedModel([{"tool_call": {"name": "lookup", "args": {}}}] * 5)
+    )
+    assert local.halt_reason is HaltReason.MAX_STEPS
+    store = SqliteStore(db)
+    try:
+        assert replay_events(store.get_run(record.run_id), store.events(record.run_id)).ok
+    finally:
+        store.close()
+    lifted = runner.invoke(cli, ["unfreeze-routing", "--why", "resolved", "--db", str(db)])
+    assert lifted.exit_code == 0
+    after = _lab_run(db, tmp_path, RemoteModel())
+    assert after.halt_reason is HaltReason.MAX_STEPS
+
+
+def test_a_freeze_during_a_run_is_journaled_in_it(tmp_path: Path) -> None:
+    db = tmp_path / "j.db"
+    store = SqliteStore(db)
+
+    class FreezingModel(RemoteModel):
+        def __call__(self, prompt: object) -> dict[str, object]:
+            if self.calls == 1:  # the operator acts while the run is live
+                store.add_control(Control(id=0, run_id=None, kind="freeze_routing", payload={},
+                                          who="carol", why="leak", at="now"))  # fmt: skip
+            return super().__call__(prompt)
+
+    model = FreezingModel()
+    try:
+        record = _lab_run(db, tmp_path, model)
+        events = store.events(record.run_id)
+        row = store.get_run(record.run_id)
+    finally:
+        store.close()
+    assert record.halt_reason is HaltReason.ROUTING_FROZEN
+    assert model.calls == 2
+    [act] = [e for e in events if e.kind == "operator"]
+    assert act.note == "routing frozen by carol: leak"
+    assert replay_events(row, events).ok

@@ -1,0 +1,88 @@
+"""Operators' controls on live runs, read from the store before each model call.
+
+Only a person acts here, through the CLI (`raise-budget`, `freeze-routing`,
+`unfreeze-routing`): the act waits in the store, the run applies it before its next model
+call, and journals it as an `operator` event (who, why, what changed), so replay shows it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from fsm_agent.budgets import make_budgets
+from fsm_agent.errors import InvalidInputError
+from fsm_agent.journal import Control, EventKind, Store
+from fsm_agent.models import model_lane
+
+if TYPE_CHECKING:
+    from fsm_agent.actions import RunContext
+    from fsm_agent.snapshot import Snapshot
+
+
+class RoutingFrozen(Exception):
+    """Raised inside the worker when an operator's freeze forbids the next model call."""
+
+
+class OperatorControls:
+    """The worker's side of operator controls (mixed into the worker)."""
+
+    store: Store
+    run_id: str
+    ctx: RunContext
+    state: str
+    control_seen: int
+    frozen_by: Control | None
+
+    def _journal(self, trigger: str | None, dest: str, snapshot: Snapshot, *,
+                 kind: EventKind = "transition", note: str | None = None) -> None:  # fmt: skip
+        raise NotImplementedError
+
+    def _apply_controls(self, action: str) -> None:
+        """Apply operators' instructions queued in the store, each journaled as an act; then
+        refuse the model call if routing is frozen and the model is not on a local lane."""
+        for control in self.store.controls(self.run_id, after=self.control_seen):
+            self.control_seen = control.id
+            if control.kind == "raise_budget":
+                self._raise_budget(control, action)
+            else:
+                self.frozen_by = control if control.kind == "freeze_routing" else None
+                verb = "frozen" if self.frozen_by else "unfrozen"
+                note = f"routing {verb} by {control.who}: {control.why}"
+                snap = self.ctx.snapshot(self.state, None, action)
+                self._journal(control.kind, self.state, snap, kind="operator", note=note)
+        lane = model_lane(self.ctx.model)
+        local = lane is not None and lane.kind == "local_fn" and lane.tier != "free"
+        if self.frozen_by is not None and not local:
+            by = self.frozen_by
+            raise RoutingFrozen(
+                f"routing frozen by {by.who} ({by.why}); the model's lane"
+                f" {lane or 'undeclared'} is not a local function: no call was made"
+            )
+
+    def _catch_up_routing(self) -> None:
+        """Routing frozen before this run started applies to it too (not journaled as its act)."""
+        for control in self.store.controls(self.run_id, after=0):
+            self.control_seen = control.id
+            if control.kind in ("freeze_routing", "unfreeze_routing"):
+                self.frozen_by = control if control.kind == "freeze_routing" else None
+
+    def _raise_budget(self, control: Control, action: str) -> None:
+        """Apply a raise-budget act (re-validated: a lowering is refused), journaled."""
+        before = self.ctx.budgets
+        try:
+            raised = make_budgets(attrs.asdict(before), control.payload)
+            lowered = [n for n in control.payload if getattr(raised, n) < getattr(before, n)]
+            if lowered:
+                raise InvalidInputError(f"{', '.join(lowered)} would be lowered, not raised")
+        except InvalidInputError as exc:  # fail closed: the budgets stay as they were
+            note = f"raise-budget by {control.who} refused: {exc}"
+        else:
+            self.ctx.budgets = raised
+            changes = ", ".join(
+                f"{n} {getattr(before, n)} -> {getattr(raised, n)}" for n in control.payload
+            )
+            note = f"raise-budget by {control.who}: {changes}; why: {control.why}"
+        snap = self.ctx.snapshot(self.state, None, action)
+        self._journal("raise_budget", self.state, snap, kind="operator", note=note)
