@@ -172,6 +172,12 @@ def _summary(record: HaltRecord) -> str:
 @budget_options
 @click.option("--thrash-limit", type=int, help="Halt after N identical tool calls in a row.")
 @click.option(
+    "--trace-copy",
+    type=click.Path(dir_okay=False),
+    help="Ship a run file of the whole run here before it may halt; a failed copy is never"
+    " reported as done.",
+)
+@click.option(
     "--policy",
     "policy_path",
     type=click.Path(dir_okay=False),
@@ -195,6 +201,7 @@ def run(
     db: str,
     budgets: dict[str, int | float | None],
     thrash_limit: int | None,
+    trace_copy: str | None,
     policy_path: str | None,
     record_path: str,
     as_json: bool,
@@ -235,6 +242,7 @@ def run(
             thrash_limit=thrash_limit,
             control=control,
             on_transition=on_transition,
+            trace_copy=trace_copy,
         )
     if as_json:
         click.echo(record_json(record), nl=False)

@@ -20,7 +20,13 @@ import attrs
 
 from fsm_agent.actions import Clock, RunContext, perform
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
-from fsm_agent.errors import HaltPathRefused, Interrupted, InvalidInputError, JournalError
+from fsm_agent.errors import (
+    FsmAgentError,
+    HaltPathRefused,
+    Interrupted,
+    InvalidInputError,
+    JournalError,
+)
 from fsm_agent.halt import HaltReason, terminal_state
 from fsm_agent.interrupts import InterruptGate
 from fsm_agent.journal import Control, Event, EventKind, Facts, GuardResult, RunRow, Store
@@ -32,7 +38,7 @@ from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, write_record
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, TransitionSpec, load_machine
 from fsm_agent.tools import ToolRegistry
-from fsm_agent.verdict import build_record
+from fsm_agent.verdict import build_record, explain
 
 DEFAULT_DB = "fsm-agent.db"
 
@@ -65,13 +71,16 @@ def run(
     on_transition: Callable[[Event], None] | None = None,
     handle_signals: bool = True,
     run_id: str | None = None,
+    trace_copy: str | os.PathLike[str] | None = None,
 ) -> HaltRecord:
     """Run `task` on a declared machine until it halts; return the halt record.
 
     Budgets are the machine's defaults with `budgets` overrides applied, frozen at start.
     The record is also written to `record_path` and stored in the journal. Raises
     `InvalidInputError` for bad input before anything runs, and `JournalError` if the
-    journal cannot be written (after writing the record file).
+    journal cannot be written (after writing the record file). With `trace_copy`, a run file
+    of the whole run is written there before the run may halt; if that fails, a run that
+    would have completed ends `internal_error` instead (it is never reported as done).
     """
     spec = load_machine(machine) if isinstance(machine, str) else machine
     if not isinstance(task, str) or not task.strip():
@@ -111,6 +120,7 @@ def run(
             Path(record_path),
             on_transition,
             handle_signals,
+            None if trace_copy is None else Path(trace_copy),
         )
         return worker.execute()
     finally:
@@ -136,12 +146,14 @@ class _Worker(OperatorControls):
         record_path: Path,
         on_transition: Callable[[Event], None] | None,
         handle_signals: bool,
+        trace_copy: Path | None = None,
     ) -> None:
         self.ctx, self.store, self.run_id = ctx, store, run_id
         self.spec = ctx.spec
         self.compiled = compile_machine(ctx.spec)
         self.record_path, self.on_transition = record_path, on_transition
         self.handle_signals = handle_signals
+        self.trace_copy = trace_copy
         self.gate = InterruptGate()
         self.state = ctx.spec.initial
         self.seq = 0
@@ -281,7 +293,24 @@ class _Worker(OperatorControls):
         note: str | None = None,
         kind: EventKind = "transition",
     ) -> None:
-        event = Event(
+        self._commit(self._event(trigger, dest, snapshot, guards, check, facts, halt=halt,
+                                 retry=retry, note=note, kind=kind))  # fmt: skip
+
+    def _event(
+        self,
+        trigger: str | None,
+        dest: str,
+        snapshot: Snapshot,
+        guards: tuple[GuardResult, ...] = (),
+        check: tuple[GuardResult, ...] = (),
+        facts: Facts | None = None,
+        *,
+        halt: HaltReason | None = None,
+        retry: bool = False,
+        note: str | None = None,
+        kind: EventKind = "transition",
+    ) -> Event:
+        return Event(
             run_id=self.run_id,
             seq=self.seq + 1,
             kind=kind,
@@ -298,9 +327,11 @@ class _Worker(OperatorControls):
             retry=retry,
             note=note,
         )
+
+    def _commit(self, event: Event) -> None:
         with self.gate.critical():
             self.store.append(event)
-            self.seq, self.state = event.seq, dest
+            self.seq, self.state = event.seq, event.dest
         self._notify(event)
 
     def _notify(self, event: Event) -> None:
@@ -317,10 +348,39 @@ class _Worker(OperatorControls):
     ) -> None:
         assert reason is not None  # noqa: S101 - the loader requires halt on terminal edges
         with self.gate.shielded():
-            self._journal(
+            event = self._event(
                 transition.trigger, transition.dest, snapshot, guards, (), facts, halt=reason
             )
-            self._finish(reason, None, None)
+            note = None
+            if self.trace_copy is not None:
+                failure = self._ship_trace(event, reason)
+                if failure is not None and reason is HaltReason.COMPLETED:
+                    self._force(HaltReason.INTERNAL_ERROR, "trace_copy", failure)
+                    return
+                if failure is not None:
+                    note = f"{explain(self.ctx, reason) or reason.value}; {failure}"
+            self._commit(event)
+            self._finish(reason, note, None)
+
+    def _ship_trace(self, final: Event, reason: HaltReason) -> str | None:
+        """Copy the whole run — with its halting transition and record — to `trace_copy`
+        before the loop may exit (seed 000: traces on a host the team controls). Returns
+        why the copy failed, or None."""
+        from fsm_agent.runfile import RunFile, write_run_file
+
+        assert self.trace_copy is not None  # noqa: S101 - only called with a destination
+        try:
+            record = self._record_for(reason, None, None)
+            run = attrs.evolve(self.store.get_run(self.run_id), status="halted", state=final.dest,
+                               halt_reason=reason, steps_used=record.steps_used,
+                               ended_at=record.ended_at, record=record)  # fmt: skip
+            events = (*self.store.events(self.run_id), final)
+            write_run_file(RunFile(run=run, events=events, record=record,
+                                   machine_sha256=run.machine_sha256,
+                                   machine_text=run.machine_text), self.trace_copy)  # fmt: skip
+        except (OSError, FsmAgentError) as exc:
+            return f"the trace copy to {self.trace_copy} failed ({exc})"
+        return None
 
     def _force(
         self,
