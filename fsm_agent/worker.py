@@ -21,7 +21,6 @@ import attrs
 from fsm_agent.actions import Clock, RunContext, perform
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.errors import (
-    FsmAgentError,
     HaltPathRefused,
     Interrupted,
     InvalidInputError,
@@ -38,6 +37,7 @@ from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, write_record
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, TransitionSpec, load_machine
 from fsm_agent.tools import ToolRegistry
+from fsm_agent.trace import ship_trace
 from fsm_agent.verdict import build_record, explain
 
 DEFAULT_DB = "fsm-agent.db"
@@ -351,36 +351,18 @@ class _Worker(OperatorControls):
             event = self._event(
                 transition.trigger, transition.dest, snapshot, guards, (), facts, halt=reason
             )
-            note = None
+            note, record = None, None
             if self.trace_copy is not None:
-                failure = self._ship_trace(event, reason)
+                record = self._record_for(reason, None, None)
+                failure = ship_trace(self.store, event, record, self.trace_copy)
                 if failure is not None and reason is HaltReason.COMPLETED:
                     self._force(HaltReason.INTERNAL_ERROR, "trace_copy", failure)
                     return
-                if failure is not None:
+                if failure is not None:  # the copy failed: the record says so
                     note = f"{explain(self.ctx, reason) or reason.value}; {failure}"
+                    record = None
             self._commit(event)
-            self._finish(reason, note, None)
-
-    def _ship_trace(self, final: Event, reason: HaltReason) -> str | None:
-        """Copy the whole run — with its halting transition and record — to `trace_copy`
-        before the loop may exit (seed 000: traces on a host the team controls). Returns
-        why the copy failed, or None."""
-        from fsm_agent.runfile import RunFile, write_run_file
-
-        assert self.trace_copy is not None  # noqa: S101 - only called with a destination
-        try:
-            record = self._record_for(reason, None, None)
-            run = attrs.evolve(self.store.get_run(self.run_id), status="halted", state=final.dest,
-                               halt_reason=reason, steps_used=record.steps_used,
-                               ended_at=record.ended_at, record=record)  # fmt: skip
-            events = (*self.store.events(self.run_id), final)
-            write_run_file(RunFile(run=run, events=events, record=record,
-                                   machine_sha256=run.machine_sha256,
-                                   machine_text=run.machine_text), self.trace_copy)  # fmt: skip
-        except (OSError, FsmAgentError) as exc:
-            return f"the trace copy to {self.trace_copy} failed ({exc})"
-        return None
+            self._finish(reason, note, None, record)
 
     def _force(
         self,
@@ -416,8 +398,14 @@ class _Worker(OperatorControls):
                 raise
             self._finish(reason, note, signum)
 
-    def _finish(self, reason: HaltReason, note: str | None, signum: int | None) -> None:
-        self.record = self._record_for(reason, note, signum)
+    def _finish(
+        self,
+        reason: HaltReason,
+        note: str | None,
+        signum: int | None,
+        record: HaltRecord | None = None,
+    ) -> None:
+        self.record = record or self._record_for(reason, note, signum)
         write_record(self.record, self.record_path)
         self.store.finish_run(self.record)
 

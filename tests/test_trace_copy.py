@@ -37,7 +37,7 @@ def test_the_copy_holds_the_whole_run_and_replays(tmp_path: Path) -> None:
     finally:
         store.close()
     assert shipped.record is not None
-    assert shipped.record.answer == "swordfish"
+    assert shipped.record == record  # the very record the run returned and wrote
     assert replay_events(shipped.run, shipped.events).ok
 
 

@@ -1,0 +1,43 @@
+"""Trace shipping: a copy of the whole run leaves the box before the loop may exit.
+
+Seed 000: "Store traces on a host the team controls. Ship copies before the loop is allowed
+to exit." The copy is a run file (`fsm-agent export`'s format), so it replays anywhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+from fsm_agent.errors import FsmAgentError
+from fsm_agent.journal import Event, Store
+from fsm_agent.record import HaltRecord
+from fsm_agent.runfile import RunFile, write_run_file
+
+
+def ship_trace(store: Store, final: Event, record: HaltRecord, path: Path) -> str | None:
+    """Write the run — its journaled events, the halting `final` event not yet committed,
+    and its record — to `path`. Returns why the copy failed, or None."""
+    try:
+        run = attrs.evolve(
+            store.get_run(final.run_id),
+            status="halted",
+            state=final.dest,
+            halt_reason=record.halt_reason,
+            steps_used=record.steps_used,
+            ended_at=record.ended_at,
+            record=record,
+        )
+        events = (*store.events(final.run_id), final)
+        run_file = RunFile(
+            run=run,
+            events=events,
+            record=record,
+            machine_sha256=run.machine_sha256,
+            machine_text=run.machine_text,
+        )
+        write_run_file(run_file, path)
+    except (OSError, FsmAgentError) as exc:
+        return f"the trace copy to {path} failed ({exc})"
+    return None
