@@ -13,7 +13,7 @@ import attrs
 
 from fsm_agent.budgets import make_budgets
 from fsm_agent.errors import InvalidInputError
-from fsm_agent.journal import Control, EventKind, Store
+from fsm_agent.journal import Control, Event, EventKind, Store
 from fsm_agent.models import model_lane
 
 if TYPE_CHECKING:
@@ -35,8 +35,18 @@ class OperatorControls:
     control_seen: int
     frozen_by: Control | None
 
-    def _journal(self, trigger: str | None, dest: str, snapshot: Snapshot, *,
-                 kind: EventKind = "transition", note: str | None = None) -> None:  # fmt: skip
+    def _event(
+        self,
+        trigger: str | None,
+        dest: str,
+        snapshot: Snapshot,
+        *,
+        kind: EventKind = "transition",
+        note: str | None = None,
+    ) -> Event:
+        raise NotImplementedError
+
+    def _commit(self, event: Event) -> None:
         raise NotImplementedError
 
     def _apply_controls(self, action: str) -> None:
@@ -51,7 +61,9 @@ class OperatorControls:
                 verb = "frozen" if self.frozen_by else "unfrozen"
                 note = f"routing {verb} by {control.who}: {control.why}"
                 snap = self.ctx.snapshot(self.state, None, action)
-                self._journal(control.kind, self.state, snap, kind="operator", note=note)
+                self._commit(
+                    self._event(control.kind, self.state, snap, kind="operator", note=note)
+                )
         lane = model_lane(self.ctx.model)
         local = lane is not None and lane.kind == "local_fn" and lane.tier != "free"
         if self.frozen_by is not None and not local:
@@ -85,4 +97,4 @@ class OperatorControls:
             )
             note = f"raise-budget by {control.who}: {changes}; why: {control.why}"
         snap = self.ctx.snapshot(self.state, None, action)
-        self._journal("raise_budget", self.state, snap, kind="operator", note=note)
+        self._commit(self._event("raise_budget", self.state, snap, kind="operator", note=note))

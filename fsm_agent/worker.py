@@ -261,14 +261,16 @@ class _Worker(OperatorControls):
             snap, state=dest.name, outcome=None, next_action=dest.action, meters=self.ctx.meters
         )
         check = self.compiled.check_budget(dest.name, after)
-        self._journal(
-            chosen.trigger,
-            dest.name,
-            snap,
-            decision.guards,
-            check.guards,
-            facts,
-            retry=chosen.retry,
+        self._commit(
+            self._event(
+                chosen.trigger,
+                dest.name,
+                snap,
+                decision.guards,
+                check.guards,
+                facts,
+                retry=chosen.retry,
+            )
         )
         if check.transition is not None:
             self._halt_on(check.transition, after, check.guards, None, self._meter(after))
@@ -278,23 +280,6 @@ class _Worker(OperatorControls):
         return tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
 
     # --- journal and halting ----------------------------------------------------------------
-
-    def _journal(
-        self,
-        trigger: str | None,
-        dest: str,
-        snapshot: Snapshot,
-        guards: tuple[GuardResult, ...] = (),
-        check: tuple[GuardResult, ...] = (),
-        facts: Facts | None = None,
-        *,
-        halt: HaltReason | None = None,
-        retry: bool = False,
-        note: str | None = None,
-        kind: EventKind = "transition",
-    ) -> None:
-        self._commit(self._event(trigger, dest, snapshot, guards, check, facts, halt=halt,
-                                 retry=retry, note=note, kind=kind))  # fmt: skip
 
     def _event(
         self,
@@ -386,9 +371,10 @@ class _Worker(OperatorControls):
                 return
             snap = snapshot or self.ctx.snapshot(self.state, None, None)
             try:
-                self._journal(
+                event = self._event(
                     trigger, terminal_state(reason), snap, guards, (), facts, halt=reason, note=note
                 )
+                self._commit(event)
             except Exception as exc:
                 self._write_file_only(
                     f"{note}; then the journal write failed: {type(exc).__name__}: {exc}",
