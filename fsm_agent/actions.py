@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -19,7 +19,7 @@ from fsm_agent.budgets import Budgets, Meters
 from fsm_agent.deadline import CallResult, call_with_deadline
 from fsm_agent.errors import Interrupted
 from fsm_agent.journal import Facts
-from fsm_agent.lanes import ControlPlane, Lane, assert_local_halt
+from fsm_agent.lanes import ControlPlane, Lane, assert_local_halt, halt_lane_refusal
 from fsm_agent.models import ModelAdapter, ModelReply, Prompt
 from fsm_agent.outcomes import grounded_values, jsonable, outcome_from_call
 from fsm_agent.proposals import (
@@ -64,6 +64,9 @@ class RunContext:
     clock: Clock
     start: float
     privileged: tuple[str, ...] = ()
+    #: the schema-repair voter: callable(raw reply) -> repaired reply, with its `lane`
+    repair_voter: Callable[[Any], Any] | None = None
+    repair: Literal["none", "refused", "repaired", "failed"] = "none"
     steps_used: int = 0
     tool_calls_made: int = 0
     retries_used: int = 0
@@ -106,6 +109,7 @@ class RunContext:
             control=self.control,
             repeats=self.repeats,
             thrash_limit=self.thrash_limit,
+            repair=self.repair,
         )
 
     def add_cost(self, cost: float) -> None:
@@ -177,6 +181,10 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
     else:
         error = f"model call failed: {type(call.error).__name__}: {call.error}"
         proposal = Rejection(kind="empty_response", detail=error)
+    ctx.repair, repaired = "none", None
+    voting = ctx.repair_voter is not None and isinstance(proposal, Rejection)
+    if voting and isinstance(proposal, Rejection) and proposal.kind == "schema_fail":
+        proposal, repaired = _repair_vote(ctx, content, proposal, step)
     ctx.proposal = proposal
     if isinstance(proposal, ToolCall):
         fingerprint = json.dumps([proposal.name, proposal.args], sort_keys=True, default=repr)
@@ -191,8 +199,32 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
                 "content": "a final answer counts only if a receipted tool result backs it",
             }
         )
-    facts = Facts(action="model", reply=jsonable(content), reply_cost=float(cost), error=error)
+    facts = Facts(action="model", reply=jsonable(content), reply_cost=float(cost), error=error,
+                  repaired=repaired)  # fmt: skip
     return _outcome_of(proposal), facts
+
+
+def _repair_vote(
+    ctx: RunContext, content: Any, rejected: Rejection, step: int
+) -> tuple[Proposal, Any]:
+    """Seed 000: an invalid reply may get a repair vote only from a local lane. A voter on
+    any other lane is refused (the run hard-fails as schema_fail); a local one's rewrite is
+    parsed like any reply, and counts only if it parses."""
+    voter = ctx.repair_voter
+    assert voter is not None  # noqa: S101 - only called with a voter
+    lane = getattr(voter, "lane", None)
+    if halt_lane_refusal(ctx.control, "schema_repair_vote", lane) is not None:
+        ctx.repair = "refused"
+        return rejected, None
+    call = call_with_deadline(voter, (content,), timeout_s=ctx.remaining_s(), name="repair",
+                              isolation=getattr(voter, "isolation", "thread"))  # fmt: skip
+    repaired = jsonable(call.value) if call.status == "ok" else None
+    again = parse_reply(repaired, step=step, max_steps=ctx.budgets.max_steps)
+    if call.status != "ok" or isinstance(again, Rejection):
+        ctx.repair = "failed"
+        return rejected, repaired
+    ctx.repair = "repaired"
+    return again, repaired
 
 
 def _record_call(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:

@@ -109,6 +109,11 @@ def reply_empty(s: Snapshot) -> bool:
     return isinstance(s.proposal, Rejection) and s.proposal.kind == "empty_response"
 
 
+def repair_refused(s: Snapshot) -> bool:
+    """An invalid reply's repair vote was routed to a voter not on a local lane: hard fail."""
+    return s.repair == "refused"
+
+
 BUILTIN_GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
     {
         g.__name__: g
@@ -126,6 +131,7 @@ BUILTIN_GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
             retries_left,
             error_retryable,
             reply_empty,
+            repair_refused,
         )
     }
 )

@@ -43,6 +43,8 @@ class Facts:
     reply_cost: float = 0.0
     tool: ToolOutcome | None = None
     error: str | None = None
+    #: the reply as the local schema-repair voter rewrote it (what the proposal came from)
+    repaired: Any = None
 
 
 @attrs.frozen

@@ -134,9 +134,8 @@ class _Replayer:
         facts = event.facts
         if facts is None or facts.action != "model" or facts.error is not None:
             return None
-        again = parse_reply(
-            facts.reply, step=snap.meters.steps_used, max_steps=snap.budgets.max_steps
-        )
+        reply = facts.repaired if event.snapshot.repair == "repaired" else facts.reply
+        again = parse_reply(reply, step=snap.meters.steps_used, max_steps=snap.budgets.max_steps)
         if not _same_proposal(again, event.snapshot.proposal):
             recorded = event.snapshot.proposal
             return f"the reply parses differently now: recorded {recorded!r}, now {again!r}"

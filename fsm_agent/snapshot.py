@@ -59,3 +59,6 @@ class Snapshot:
     control: ControlPlane = attrs.field(factory=ControlPlane)
     repeats: int = 0
     thrash_limit: int = 0
+    #: the schema-repair vote on the last reply: none, refused (voter not on a local lane),
+    #: repaired, or failed (the repaired reply was still invalid)
+    repair: Literal["none", "refused", "repaired", "failed"] = "none"

@@ -72,6 +72,7 @@ def run(
     handle_signals: bool = True,
     run_id: str | None = None,
     trace_copy: str | os.PathLike[str] | None = None,
+    repair: Callable[[Any], Any] | None = None,
 ) -> HaltRecord:
     """Run `task` on a declared machine until it halts; return the halt record.
 
@@ -81,6 +82,8 @@ def run(
     journal cannot be written (after writing the record file). With `trace_copy`, a run file
     of the whole run is written there before the run may halt; if that fails, a run that
     would have completed ends `internal_error` instead (it is never reported as done).
+    `repair` is a schema-repair voter (raw reply -> rewritten reply, with a `lane`): only a
+    local one may vote; one on any other lane makes an invalid reply a hard `schema_fail`.
     """
     spec = load_machine(machine) if isinstance(machine, str) else machine
     if not isinstance(task, str) or not task.strip():
@@ -112,6 +115,7 @@ def run(
             clock=clock,
             start=clock(),
             privileged=tuple(t.name for t in registry if t.privileged),
+            repair_voter=repair,
         )
         worker = _Worker(
             ctx,

@@ -144,6 +144,9 @@ CASES: list[tuple[str, Snapshot, bool]] = [
     ("reply_empty", snap(proposal=Rejection(kind="empty_response", detail="")), True),
     ("reply_empty", snap(proposal=Rejection(kind="schema_fail", detail="")), False),
     ("reply_empty", snap(proposal=HandoffRequest(why="x")), False),
+    ("repair_refused", snap(repair="refused"), True),
+    ("repair_refused", snap(repair="failed"), False),
+    ("repair_refused", snap(), False),
     ("reply_empty", snap(proposal=None), False),
 ]
 
@@ -329,16 +332,16 @@ DECISIONS: list[tuple[str, str, str, Snapshot, int | None, list[GuardResult]]] =
         "drafting",
         "rejected",
         snap(proposal=Rejection(kind="empty_response", detail=""), meters=Meters(retries_used=2)),
-        9,
-        [g(8, "retries_left", False), g(9, "reply_empty", True)],
+        10,
+        [g(8, "repair_refused", False), g(9, "retries_left", False), g(10, "reply_empty", True)],
     ),
     (
         "schema-fail-no-retries",
         "drafting",
         "rejected",
         snap(proposal=Rejection(kind="schema_fail", detail=""), meters=Meters(retries_used=2)),
-        10,
-        [g(8, "retries_left", False), g(9, "reply_empty", False)],
+        11,
+        [g(8, "repair_refused", False), g(9, "retries_left", False), g(10, "reply_empty", False)],
     ),
     (
         # the second guard of a candidate is not evaluated once the first fails
@@ -346,27 +349,27 @@ DECISIONS: list[tuple[str, str, str, Snapshot, int | None, list[GuardResult]]] =
         "tool_pending",
         "tool_failed",
         snap(state="tool_pending", tool=failed(retryable=False)),
-        14,
-        [g(12, "error_retryable", False), g(13, "error_retryable", False)],
+        15,
+        [g(13, "error_retryable", False), g(14, "error_retryable", False)],
     ),
     (
         "retryable-tool-error-with-retries",
         "tool_pending",
         "tool_failed",
         snap(state="tool_pending", tool=failed(retryable=True)),
-        12,
-        [g(12, "error_retryable", True), g(12, "retries_left", True)],
+        13,
+        [g(13, "error_retryable", True), g(13, "retries_left", True)],
     ),
     (
         "retryable-tool-error-without-retries",
         "tool_pending",
         "tool_failed",
         snap(state="tool_pending", tool=failed(retryable=True), meters=Meters(retries_used=2)),
-        13,
+        14,
         [
-            g(12, "error_retryable", True),
-            g(12, "retries_left", False),
             g(13, "error_retryable", True),
+            g(13, "retries_left", False),
+            g(14, "error_retryable", True),
         ],
     ),
     (
@@ -374,24 +377,24 @@ DECISIONS: list[tuple[str, str, str, Snapshot, int | None, list[GuardResult]]] =
         "awaiting_receipts",
         "collected",
         snap(state="awaiting_receipts", tool=returned(OK, final="42")),
-        16,
-        [g(16, "goal_satisfied", True)],
+        17,
+        [g(17, "goal_satisfied", True)],
     ),
     (
         "truncated-receipts-do-not-halt",
         "awaiting_receipts",
         "collected",
         snap(state="awaiting_receipts", tool=returned(TRUNCATED, final="42")),
-        17,
-        [g(16, "goal_satisfied", False)],
+        18,
+        [g(17, "goal_satisfied", False)],
     ),
     (
         "budget-tripped",
         "drafting",
         "budget",
         snap(meters=Meters(steps_used=4)),
-        18,
-        [g(18, "budget_tripped", True)],
+        19,
+        [g(19, "budget_tripped", True)],
     ),
     (
         "budget-not-tripped",
@@ -399,7 +402,7 @@ DECISIONS: list[tuple[str, str, str, Snapshot, int | None, list[GuardResult]]] =
         "budget",
         snap(state="awaiting_receipts", meters=Meters(steps_used=4), next_action="receipts"),
         None,
-        [g(20, "budget_tripped", False)],
+        [g(21, "budget_tripped", False)],
     ),
     ("trigger-not-from-this-state", "drafting", "collected", snap(), None, []),
     ("unknown-trigger", "drafting", "no_such_trigger", snap(), None, []),
@@ -439,7 +442,7 @@ def test_check_budget_is_the_implicit_budget_transition(agent_loop: CompiledMach
         "tool_pending",
         "budget_exhausted",
     )
-    assert decision.guards == (g(19, "budget_tripped", True),)
+    assert decision.guards == (g(20, "budget_tripped", True),)
 
 
 def test_privileged_tool_refused_on_free_lane_ends_as_halt_path_refused(
