@@ -18,6 +18,8 @@ from fsm_agent import serde
 from fsm_agent.budgets import Budgets, Meters
 from fsm_agent.deadline import CallResult, call_with_deadline
 from fsm_agent.errors import Interrupted
+from fsm_agent.guards import resolve_guard
+from fsm_agent.halt import DONE
 from fsm_agent.journal import Facts
 from fsm_agent.lanes import ControlPlane, Lane, assert_local_halt, halt_lane_refusal
 from fsm_agent.models import ModelAdapter, ModelReply, Prompt
@@ -67,6 +69,8 @@ class RunContext:
     #: the schema-repair voter: callable(raw reply) -> repaired reply, with its `lane`
     repair_voter: Callable[[Any], Any] | None = None
     repair: Literal["none", "refused", "repaired", "failed"] = "none"
+    #: the second-opinion judge: callable(Snapshot) -> bool, with its `lane`
+    judge: Callable[[Snapshot], Any] | None = None
     steps_used: int = 0
     tool_calls_made: int = 0
     retries_used: int = 0
@@ -360,3 +364,29 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> tuple[str, Facts]:
     outcome = _record_call(ctx, outcome_from_call(ref, {}, call))
     trigger = "timed_out" if call.status == "timeout" else "failed"
     return trigger, Facts(action=ref, tool=outcome, error=outcome.error)
+
+
+def ask_judge(ctx: RunContext, snap: Snapshot) -> Snapshot:
+    """The snapshot with the judge's vote on a possible success (seed 000: a paid judge may
+    give a second opinion, but never moves halt alone; two free opinions are zero votes).
+    A judge that fails or times out vetoes: no success on a missing opinion."""
+    judge = ctx.judge
+    if judge is None:
+        return snap
+    lane = getattr(judge, "lane", None)
+    if lane is None or lane.tier == "free" or lane.kind == "free_server":
+        return attrs.evolve(snap, judge="ignored")
+    call = call_with_deadline(judge, (snap,), timeout_s=ctx.remaining_s(), name="judge",
+                              isolation=getattr(judge, "isolation", "thread"))  # fmt: skip
+    agrees = call.status == "ok" and call.value is True
+    return attrs.evolve(snap, judge="agree" if agrees else "veto")
+
+
+def success_possible(spec: MachineSpec, state: str, outcome: str, snap: Snapshot) -> bool:
+    """Some edge into `done` for this outcome passes every guard but the judge's: only then is
+    the judge asked (a second opinion is not paid for on a run that cannot succeed yet)."""
+    return any(
+        t.dest == DONE
+        and all(resolve_guard(ref)(snap) for ref in t.guards if ref != "judge_agrees")
+        for t in spec.candidates(state, outcome)
+    )

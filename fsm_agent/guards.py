@@ -109,6 +109,12 @@ def reply_empty(s: Snapshot) -> bool:
     return isinstance(s.proposal, Rejection) and s.proposal.kind == "empty_response"
 
 
+def judge_agrees(s: Snapshot) -> bool:
+    """No second-opinion judge vetoed this success. A judge can only hold a halt back: it
+    never makes one alone, since the receipt guards beside it still have to pass."""
+    return s.judge != "veto"
+
+
 def repair_refused(s: Snapshot) -> bool:
     """An invalid reply's repair vote was routed to a voter not on a local lane: hard fail."""
     return s.repair == "refused"
@@ -132,6 +138,7 @@ BUILTIN_GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
             error_retryable,
             reply_empty,
             repair_refused,
+            judge_agrees,
         )
     }
 )

@@ -62,3 +62,6 @@ class Snapshot:
     #: the schema-repair vote on the last reply: none, refused (voter not on a local lane),
     #: repaired, or failed (the repaired reply was still invalid)
     repair: Literal["none", "refused", "repaired", "failed"] = "none"
+    #: a second-opinion judge's vote on a possible success: none (no judge or not asked),
+    #: agree, veto, or ignored (a judge off a local or paid lane has no vote)
+    judge: Literal["none", "agree", "veto", "ignored"] = "none"

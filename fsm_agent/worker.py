@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from fsm_agent.actions import Clock, RunContext, perform
+from fsm_agent.actions import Clock, RunContext, ask_judge, perform, success_possible
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.errors import (
     HaltPathRefused,
@@ -73,6 +73,7 @@ def run(
     run_id: str | None = None,
     trace_copy: str | os.PathLike[str] | None = None,
     repair: Callable[[Any], Any] | None = None,
+    judge: Callable[[Snapshot], Any] | None = None,
 ) -> HaltRecord:
     """Run `task` on a declared machine until it halts; return the halt record.
 
@@ -84,6 +85,8 @@ def run(
     would have completed ends `internal_error` instead (it is never reported as done).
     `repair` is a schema-repair voter (raw reply -> rewritten reply, with a `lane`): only a
     local one may vote; one on any other lane makes an invalid reply a hard `schema_fail`.
+    `judge` (Snapshot -> bool, with a `lane`) is a second opinion asked before a success:
+    it can veto one, never make one; a judge on a free lane has no vote.
     """
     spec = load_machine(machine) if isinstance(machine, str) else machine
     if not isinstance(task, str) or not task.strip():
@@ -116,6 +119,7 @@ def run(
             start=clock(),
             privileged=tuple(t.name for t in registry if t.privileged),
             repair_voter=repair,
+            judge=judge,
         )
         worker = _Worker(
             ctx,
@@ -239,6 +243,8 @@ class _Worker(OperatorControls):
             self._apply_controls(action)
         outcome, facts = perform(self.ctx, state, action)
         snap = self.ctx.snapshot(state, outcome, None)
+        if self.ctx.judge is not None and success_possible(self.spec, state, outcome, snap):
+            snap = ask_judge(self.ctx, snap)
         budget = self.compiled.check_budget(state, snap)
         if budget.transition is not None:
             self._halt_on(budget.transition, snap, budget.guards, facts, self._meter(snap))

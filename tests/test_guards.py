@@ -147,6 +147,10 @@ CASES: list[tuple[str, Snapshot, bool]] = [
     ("repair_refused", snap(repair="refused"), True),
     ("repair_refused", snap(repair="failed"), False),
     ("repair_refused", snap(), False),
+    ("judge_agrees", snap(), True),
+    ("judge_agrees", snap(judge="agree"), True),
+    ("judge_agrees", snap(judge="ignored"), True),
+    ("judge_agrees", snap(judge="veto"), False),
     ("reply_empty", snap(proposal=None), False),
 ]
 
@@ -307,7 +311,7 @@ DECISIONS: list[tuple[str, str, str, Snapshot, int | None, list[GuardResult]]] =
         "answer",
         snap(proposal=FinalAnswer(text="42"), grounded=("42",)),
         4,
-        [g(4, "answer_grounded", True)],
+        [g(4, "answer_grounded", True), g(4, "judge_agrees", True)],
     ),
     (
         # evidence alone is not enough: the answer itself must be backed by a receipted value
@@ -378,7 +382,7 @@ DECISIONS: list[tuple[str, str, str, Snapshot, int | None, list[GuardResult]]] =
         "collected",
         snap(state="awaiting_receipts", tool=returned(OK, final="42")),
         17,
-        [g(17, "goal_satisfied", True)],
+        [g(17, "goal_satisfied", True), g(17, "judge_agrees", True)],
     ),
     (
         "truncated-receipts-do-not-halt",
