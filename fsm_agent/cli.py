@@ -322,6 +322,8 @@ def show(run_id: str, db: str, as_json: bool) -> None:
             line += f"  halt: {e.halt.value}"
         if e.guards:
             line += f"  guards: {_guards_text(e)}"
+        if e.note and (e.kind == "operator" or e.halt is not None):
+            line += f"\n{'':>13}{e.note}"  # an operator's act, or why the runtime halted
         click.echo(line)
 
 

@@ -67,6 +67,9 @@ def test_raise_budget_on_a_live_run_in_another_process(tmp_path: Path) -> None:
     assert row.budgets.max_steps == 3  # the frozen start budgets are never rewritten
     report = replay_events(row, events)
     assert report.ok, report.summary
+    shown = CliRunner().invoke(cli, ["show", "raise-run", "--db", str(db)])
+    assert "drafting → drafting  [raise_budget]" in shown.output
+    assert "raise-budget by alice: max_steps 3 -> 5" in shown.output
     assert any(s.verdict == "external" and "alice" in (s.detail or "") for s in report.steps)
     halted = CliRunner().invoke(cli, ["raise-budget", "raise-run", "--max-steps", "9",
                                       "--why", "late", "--db", str(db)])  # fmt: skip
