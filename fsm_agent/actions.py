@@ -72,7 +72,6 @@ class RunContext:
     #: the second-opinion judge: callable(Snapshot) -> bool, with its `lane`
     judge: Callable[[Snapshot], Any] | None = None
     steps_used: int = 0
-    tool_calls_made: int = 0
     retries_used: int = 0
     cost: float = 0.0
     elapsed_ms: int = 0
@@ -125,7 +124,7 @@ class RunContext:
         """The meters as a frozen value (taken for each snapshot and for the record)."""
         return Meters(
             steps_used=self.steps_used,
-            tool_calls=self.tool_calls_made,
+            tool_calls=len(self.tool_calls),
             retries_used=self.retries_used,
             cost=self.cost,
             elapsed_ms=self.elapsed_ms,
@@ -186,8 +185,11 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
         error = f"model call failed: {type(call.error).__name__}: {call.error}"
         proposal = Rejection(kind="empty_response", detail=error)
     ctx.repair, repaired = "none", None
-    voting = ctx.repair_voter is not None and isinstance(proposal, Rejection)
-    if voting and isinstance(proposal, Rejection) and proposal.kind == "schema_fail":
+    if (
+        ctx.repair_voter is not None
+        and isinstance(proposal, Rejection)
+        and proposal.kind == "schema_fail"
+    ):
         proposal, repaired = _repair_vote(ctx, content, proposal, step)
     ctx.proposal = proposal
     if isinstance(proposal, ToolCall):
@@ -235,7 +237,6 @@ def _record_call(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
     """Make `outcome` the run's last tool outcome and count it: meters, cost, the record."""
     ctx.tool = outcome
     ctx.add_cost(outcome.cost)
-    ctx.tool_calls_made += 1
     ctx.tool_calls.append(
         ToolCallEntry(
             step=ctx.steps_used,
