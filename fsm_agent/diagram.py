@@ -103,6 +103,15 @@ def _budget_note(spec: MachineSpec) -> str:
     return ", ".join(f"{k} {v}" for k, v in spec.budgets.items())
 
 
+def _title(spec: MachineSpec, path: RunPath | None, sep: str) -> str:
+    """The machine, its default budgets and, for a run, its id and halt: one line a part."""
+    parts = [spec.name, f"budgets: {_budget_note(spec)}"]
+    if path is not None:
+        halt = f": halt {path.halt_reason.value}" if path.halt_reason is not None else ""
+        parts.append(f"run {path.run_id}{halt}")
+    return sep.join(parts)
+
+
 def _taken(path: RunPath | None, t: TransitionSpec) -> tuple[int, ...] | None:
     if path is None:
         return None
@@ -111,11 +120,7 @@ def _taken(path: RunPath | None, t: TransitionSpec) -> tuple[int, ...] | None:
 
 def to_mermaid(spec: MachineSpec, path: RunPath | None = None) -> str:
     """`stateDiagram-v2` text."""
-    title = f"{spec.name} — budgets: {_budget_note(spec)}"
-    if path is not None:
-        title += f" — run {path.run_id}"
-        if path.halt_reason is not None:
-            title += f": halt {path.halt_reason.value}"
+    title = _title(spec, path, " — ")
     # A JSON string is valid YAML: ": " in the title (or markup in a run id) stays text.
     quoted = json.dumps(title, ensure_ascii=False)
     lines = ["---", f"title: {quoted}", "---", "stateDiagram-v2", "    direction LR"]
@@ -149,11 +154,7 @@ def _dot_str(text: str) -> str:
 
 def to_dot(spec: MachineSpec, path: RunPath | None = None) -> str:
     """Graphviz DOT text."""
-    title = f"{spec.name}\nbudgets: {_budget_note(spec)}"
-    if path is not None:
-        title += f"\nrun {path.run_id}"
-        if path.halt_reason is not None:
-            title += f": halt {path.halt_reason.value}"
+    title = _title(spec, path, "\n")
     lines = [
         f"digraph {_dot_str(spec.name)} {{",
         "  rankdir=LR;",
