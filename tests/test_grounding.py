@@ -6,23 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fsm_agent import HaltReason, HaltRecord, ScriptedModel, load_tools, run
+from fsm_agent import HaltReason
 from fsm_agent.proposals import Rejection, parse_reply
-
-LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
-MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
-
-
-def lab_run(tmp_path: Path, replies: list[object], **budgets: int) -> HaltRecord:
-    return run(
-        "agent_loop",
-        task="Find the lab password",
-        model=ScriptedModel(replies),
-        tools=load_tools("examples.halt_lab.tools"),
-        store=tmp_path / "j.db",
-        record_path=tmp_path / "r.json",
-        budgets=budgets,
-    )
+from tests.lab import LOOKUP, MISS, lab_run
 
 
 @pytest.mark.parametrize(
@@ -47,7 +33,7 @@ def test_an_invented_answer_after_a_receipt_is_schema_fail(tmp_path: Path) -> No
 def test_an_answer_echoing_an_unreceipted_observation_is_refused(tmp_path: Path) -> None:
     # The miss comes back without receipts, so its text grounds nothing.
     echo = {"answer": "No exact match. Refine your query and look up again."}
-    record = lab_run(tmp_path, [MISS, echo], max_retries=0)
+    record = lab_run(tmp_path, [MISS, echo], budgets={"max_retries": 0})
     assert record.halt_reason is HaltReason.SCHEMA_FAIL
 
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fsm_agent import LOCAL, HaltReason, HaltRecord, Lane, ScriptedModel, Snapshot, load_tools, run
-from fsm_agent.replay import replay_events
-from stores.sqlite import SqliteStore
+from fsm_agent import LOCAL, HaltReason, HaltRecord, Lane, Snapshot
+from tests.lab import LOOKUP, lab_run, replays
 
-LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
 PAID = Lane(kind="http", tier="paid")
+
+
+def judged_run(tmp_path: Path, replies: list[object], judge: Judge) -> HaltRecord:
+    record = lab_run(tmp_path, replies, judge=judge)
+    assert replays(tmp_path / "j.db", record.run_id)
+    return record
 
 
 class Judge:
@@ -24,28 +28,10 @@ class Judge:
         return self.votes.pop(0) if self.votes else True
 
 
-def lab_run(tmp_path: Path, replies: list[object], judge: Judge) -> HaltRecord:
-    record = run(
-        "agent_loop",
-        task="Find the lab password",
-        model=ScriptedModel(replies),
-        tools=load_tools("examples.halt_lab.tools"),
-        store=tmp_path / "j.db",
-        record_path=tmp_path / "r.json",
-        judge=judge,
-    )
-    store = SqliteStore(tmp_path / "j.db")
-    try:
-        assert replay_events(store.get_run(record.run_id), store.events(record.run_id)).ok
-    finally:
-        store.close()
-    return record
-
-
 def test_a_paid_judge_can_veto_a_success_once(tmp_path: Path) -> None:
     judge = Judge(PAID, [False, True])
     answer = {"answer": "swordfish"}
-    record = lab_run(tmp_path, [LOOKUP, answer, answer], judge)
+    record = judged_run(tmp_path, [LOOKUP, answer, answer], judge)
     assert record.halt_reason is HaltReason.COMPLETED
     assert len(judge.asked) == 2  # asked only when a success was possible: at each answer
     assert record.steps_used == 3  # the veto cost a step (and a retry)
@@ -54,13 +40,13 @@ def test_a_paid_judge_can_veto_a_success_once(tmp_path: Path) -> None:
 def test_a_judge_cannot_make_a_success_alone(tmp_path: Path) -> None:
     judge = Judge(LOCAL, [True] * 5)
     invented = {"answer": "hunter2"}  # not grounded in any receipt
-    record = lab_run(tmp_path, [invented] * 3, judge)
+    record = judged_run(tmp_path, [invented] * 3, judge)
     assert record.halt_reason is HaltReason.SCHEMA_FAIL
 
 
 def test_a_free_judge_has_no_vote(tmp_path: Path) -> None:
     judge = Judge(Lane(kind="http", tier="free"), [False] * 5)
-    record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], judge)
+    record = judged_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], judge)
     assert record.halt_reason is HaltReason.COMPLETED
     assert judge.asked == []  # never consulted: two free opinions are zero halt votes
 
@@ -68,5 +54,5 @@ def test_a_free_judge_has_no_vote(tmp_path: Path) -> None:
 def test_a_failing_judge_vetoes(tmp_path: Path) -> None:
     judge = Judge(PAID, ["yes", "maybe", "sure"])  # not True: no success on a non-answer
     answer = {"answer": "swordfish"}
-    record = lab_run(tmp_path, [LOOKUP, answer, answer, answer], judge)
+    record = judged_run(tmp_path, [LOOKUP, answer, answer, answer], judge)
     assert record.halt_reason is HaltReason.SCHEMA_FAIL

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from fsm_agent import HaltReason, HaltRecord, Lane, ScriptedModel, load_tools, read_record, run
+from fsm_agent import HaltReason, Lane, read_record
 from fsm_agent.cli import cli
 from fsm_agent.journal import Control
 from fsm_agent.replay import replay_events
 from stores.sqlite import SqliteStore
+from tests.lab import lab_run
 
 ROOT = Path(__file__).parent.parent
 CHILD = Path(__file__).parent / "child_raise.py"
@@ -102,18 +103,6 @@ class RemoteModel:
         return {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
 
 
-def _lab_run(db: Path, tmp_path: Path, model: object) -> HaltRecord:
-    return run(
-        "agent_loop",
-        task="t",
-        model=model,  # type: ignore[arg-type]
-        tools=load_tools("examples.halt_lab.tools"),
-        store=db,
-        budgets={"max_steps": 3},
-        record_path=tmp_path / "r.json",
-    )
-
-
 def test_a_routing_freeze_stops_non_local_model_calls_until_lifted(tmp_path: Path) -> None:
     db = tmp_path / "j.db"
     runner = CliRunner()
@@ -121,7 +110,7 @@ def test_a_routing_freeze_stops_non_local_model_calls_until_lifted(tmp_path: Pat
                                  "--db", str(db)])  # fmt: skip
     assert frozen.exit_code == 0, frozen.output
     remote = RemoteModel()
-    record = _lab_run(db, tmp_path, remote)
+    record = lab_run(tmp_path, remote, store=db, budgets={"max_steps": 3})
     assert record.halt_reason is HaltReason.ROUTING_FROZEN
     assert record.terminal_state == "handoff"
     assert remote.calls == 0  # refused before the call, not after
@@ -129,8 +118,11 @@ def test_a_routing_freeze_stops_non_local_model_calls_until_lifted(tmp_path: Pat
     assert "routing frozen by bob (provider incident)" in record.error
     assert "http/paid is not a local function" in record.error
     # A local model is not affected by the freeze.
-    local = _lab_run(
-        db, tmp_path, ScriptedModel([{"tool_call": {"name": "lookup", "args": {}}}] * 5)
+    local = lab_run(
+        tmp_path,
+        [{"tool_call": {"name": "lookup", "args": {}}}] * 5,
+        store=db,
+        budgets={"max_steps": 3},
     )
     assert local.halt_reason is HaltReason.MAX_STEPS
     store = SqliteStore(db)
@@ -140,7 +132,7 @@ def test_a_routing_freeze_stops_non_local_model_calls_until_lifted(tmp_path: Pat
         store.close()
     lifted = runner.invoke(cli, ["unfreeze-routing", "--why", "resolved", "--db", str(db)])
     assert lifted.exit_code == 0
-    after = _lab_run(db, tmp_path, RemoteModel())
+    after = lab_run(tmp_path, RemoteModel(), store=db, budgets={"max_steps": 3})
     assert after.halt_reason is HaltReason.MAX_STEPS
 
 
@@ -157,7 +149,7 @@ def test_a_freeze_during_a_run_is_journaled_in_it(tmp_path: Path) -> None:
 
     model = FreezingModel()
     try:
-        record = _lab_run(db, tmp_path, model)
+        record = lab_run(tmp_path, model, store=db, budgets={"max_steps": 3})
         events = store.events(record.run_id)
         row = store.get_run(record.run_id)
     finally:

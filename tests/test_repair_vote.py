@@ -7,11 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fsm_agent import LOCAL, HaltReason, HaltRecord, Lane, ScriptedModel, load_tools, run
-from fsm_agent.replay import replay_events
-from stores.sqlite import SqliteStore
+from fsm_agent import LOCAL, HaltReason, Lane
+from tests.lab import LOOKUP, lab_run, replays
 
-LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
 TRUNCATED = '{"tool_call": {"name": "lookup", "args": {"q": "lab password"}}'  # cut short
 
 
@@ -27,54 +25,34 @@ class Voter:
         return json.loads(raw + "}") if isinstance(raw, str) else raw
 
 
-def lab_run(tmp_path: Path, replies: list[object], voter: Voter) -> HaltRecord:
-    return run(
-        "agent_loop",
-        task="Find the lab password",
-        model=ScriptedModel(replies),
-        tools=load_tools("examples.halt_lab.tools"),
-        store=tmp_path / "j.db",
-        record_path=tmp_path / "r.json",
-        repair=voter,
-    )
-
-
-def _replays(tmp_path: Path, record: HaltRecord) -> bool:
-    store = SqliteStore(tmp_path / "j.db")
-    try:
-        return replay_events(store.get_run(record.run_id), store.events(record.run_id)).ok
-    finally:
-        store.close()
-
-
 def test_a_local_voter_repairs_the_truncated_reply(tmp_path: Path) -> None:
     voter = Voter(LOCAL)
-    record = lab_run(tmp_path, [TRUNCATED, {"answer": "swordfish"}], voter)
+    record = lab_run(tmp_path, [TRUNCATED, {"answer": "swordfish"}], repair=voter)
     assert record.halt_reason is HaltReason.COMPLETED
     assert voter.votes == 1
     assert record.meters.retries_used == 0  # repaired, not retried
-    assert _replays(tmp_path, record)
+    assert replays(tmp_path / "j.db", record.run_id)
 
 
 def test_a_free_voter_is_refused_and_the_run_hard_fails(tmp_path: Path) -> None:
     voter = Voter(Lane(kind="http", tier="free"))
-    record = lab_run(tmp_path, [TRUNCATED, LOOKUP, {"answer": "swordfish"}], voter)
+    record = lab_run(tmp_path, [TRUNCATED, LOOKUP, {"answer": "swordfish"}], repair=voter)
     assert record.halt_reason is HaltReason.SCHEMA_FAIL
     assert voter.votes == 0  # a free lane never sees the ballot
     assert record.steps_used == 1
     assert record.meters.retries_used == 0  # a hard fail: no retry either
-    assert _replays(tmp_path, record)
+    assert replays(tmp_path / "j.db", record.run_id)
 
 
 def test_an_undeclared_voter_lane_is_refused_too(tmp_path: Path) -> None:
-    record = lab_run(tmp_path, [TRUNCATED, LOOKUP], Voter(None))
+    record = lab_run(tmp_path, [TRUNCATED, LOOKUP], repair=Voter(None))
     assert record.halt_reason is HaltReason.SCHEMA_FAIL
 
 
 def test_a_failed_repair_falls_back_to_the_retry_path(tmp_path: Path) -> None:
     voter = Voter(LOCAL)
-    record = lab_run(tmp_path, ["just prose", LOOKUP, {"answer": "swordfish"}], voter)
+    record = lab_run(tmp_path, ["just prose", LOOKUP, {"answer": "swordfish"}], repair=voter)
     assert voter.votes == 1
     assert record.halt_reason is HaltReason.COMPLETED
     assert record.meters.retries_used == 1
-    assert _replays(tmp_path, record)
+    assert replays(tmp_path / "j.db", record.run_id)

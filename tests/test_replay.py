@@ -13,16 +13,14 @@ from click.testing import CliRunner
 import fsm_agent.guards as guards_module
 import fsm_agent.machine as machine_module
 from examples.scenarios import SCENARIOS, run_scenario
-from fsm_agent import HaltReason, HaltRecord, ScriptedModel, Snapshot, load_tools, run
+from fsm_agent import HaltReason, Snapshot
 from fsm_agent.cli import cli
 from fsm_agent.replay import replay_events
 from fsm_agent.replay_view import format_step
 from fsm_agent.spec import load_machine, parse_machine
 from fsm_agent.testing import assert_replays
 from stores.sqlite import SqliteStore
-
-LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
-MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
+from tests.lab import LOOKUP, MISS, lab_run
 
 
 @pytest.fixture
@@ -30,17 +28,6 @@ def store(tmp_path: Path) -> Iterator[SqliteStore]:
     s = SqliteStore(tmp_path / "j.db")
     yield s
     s.close()
-
-
-def lab_run(store: SqliteStore, tmp_path: Path, replies: list[object]) -> HaltRecord:
-    return run(
-        "agent_loop",
-        task="Find the lab password",
-        model=ScriptedModel(replies),
-        tools=load_tools("examples.halt_lab.tools"),
-        store=store,
-        record_path=tmp_path / "r.json",
-    )
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
@@ -58,7 +45,7 @@ def test_every_example_run_replays_clean(store: SqliteStore, tmp_path: Path, sce
 def test_a_changed_guard_diverges_at_the_step_it_changes(
     store: SqliteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    record = lab_run(store, tmp_path, [LOOKUP, {"answer": "swordfish"}])
+    record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], store=store)
     assert record.halt_reason is HaltReason.COMPLETED
 
     def stricter(s: Snapshot) -> bool:  # a "fix" that would have refused this answer
@@ -83,7 +70,7 @@ def test_a_changed_guard_diverges_at_the_step_it_changes(
 def test_a_counterfactual_lower_cap_halts_at_the_new_cap(
     store: SqliteStore, tmp_path: Path
 ) -> None:
-    record = lab_run(store, tmp_path, [MISS] * 12)
+    record = lab_run(tmp_path, [MISS] * 12, store=store)
     assert record.halt_reason is HaltReason.MAX_STEPS
     report = replay_events(
         store.get_run(record.run_id), store.events(record.run_id), budgets={"max_steps": 5}
@@ -99,7 +86,7 @@ def test_a_counterfactual_lower_cap_halts_at_the_new_cap(
 def test_a_counterfactual_that_needs_unrecorded_facts_says_so(
     store: SqliteStore, tmp_path: Path
 ) -> None:
-    record = lab_run(store, tmp_path, [MISS] * 12)
+    record = lab_run(tmp_path, [MISS] * 12, store=store)
     report = replay_events(
         store.get_run(record.run_id), store.events(record.run_id), budgets={"max_steps": 10}
     )
@@ -110,7 +97,7 @@ def test_a_counterfactual_that_needs_unrecorded_facts_says_so(
 
 
 def test_a_counterfactual_machine_with_a_thrash_limit(store: SqliteStore, tmp_path: Path) -> None:
-    record = lab_run(store, tmp_path, [MISS] * 12)
+    record = lab_run(tmp_path, [MISS] * 12, store=store)
     text = load_machine("agent_loop").text.replace("thrash_limit: 0", "thrash_limit: 3")
     other = parse_machine(text, source="thrash.yaml")
     report = replay_events(store.get_run(record.run_id), store.events(record.run_id), machine=other)
@@ -123,7 +110,7 @@ def test_a_counterfactual_machine_with_a_thrash_limit(store: SqliteStore, tmp_pa
 def test_format_step_shows_guards_meters_reply_and_receipts(
     store: SqliteStore, tmp_path: Path
 ) -> None:
-    record = lab_run(store, tmp_path, [LOOKUP, {"answer": "swordfish"}])
+    record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], store=store)
     report = replay_events(store.get_run(record.run_id), store.events(record.run_id))
     text = "\n".join(format_step(s) for s in report.steps)
     assert "step 1/8  drafting → tool_pending  [tool_call]  ok" in text
@@ -134,7 +121,7 @@ def test_format_step_shows_guards_meters_reply_and_receipts(
 
 
 def test_cli_replay_exit_codes_and_json(store: SqliteStore, tmp_path: Path) -> None:
-    record = lab_run(store, tmp_path, [MISS] * 12)
+    record = lab_run(tmp_path, [MISS] * 12, store=store)
     db = str(store.path)
     runner = CliRunner()
     ok = runner.invoke(cli, ["replay", record.run_id, "--db", db], catch_exceptions=False)
@@ -156,7 +143,7 @@ def test_cli_replay_exit_codes_and_json(store: SqliteStore, tmp_path: Path) -> N
 
 
 def test_cli_export_import_replay_and_stats(store: SqliteStore, tmp_path: Path) -> None:
-    record = lab_run(store, tmp_path, [LOOKUP, {"answer": "swordfish"}])
+    record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], store=store)
     runner = CliRunner()
     db, other, file = str(store.path), str(tmp_path / "other.db"), str(tmp_path / "run.json")
     out = runner.invoke(cli, ["export", record.run_id, "-o", file, "--db", db])

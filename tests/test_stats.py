@@ -14,7 +14,7 @@ import attrs
 import pytest
 
 from examples.scenarios import SCENARIOS, run_scenario
-from fsm_agent import HaltReason, HaltRecord, ScriptedModel, load_tools, run, serde
+from fsm_agent import HaltReason, HaltRecord, ScriptedModel, serde
 from fsm_agent.errors import InvalidInputError, JournalError
 from fsm_agent.runfile import RunFile, export_run, import_run
 from fsm_agent.stats import (
@@ -28,22 +28,20 @@ from fsm_agent.stats import (
     since_key,
 )
 from stores.sqlite import SqliteStore
+from tests import lab
+from tests.lab import LOOKUP
+from tests.lab import MISS as AGAIN
 
-LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
-AGAIN = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
 HANDOFF = {"handoff": {"why": "needs a human"}}
 COST_PER_CALL = 0.25  # exact in binary: costs add up without rounding
 
 
 def lab_run(store: SqliteStore, folder: Path, replies: list[Any], max_steps: int) -> HaltRecord:
     """One agent_loop run on the halt-lab tools; every model call costs COST_PER_CALL."""
-    return run(
-        "agent_loop",
-        task="Find the lab password",
-        model=ScriptedModel(replies, cost_per_call=COST_PER_CALL),
-        tools=load_tools("examples.halt_lab.tools"),
+    return lab.lab_run(
+        folder,
+        ScriptedModel(replies, cost_per_call=COST_PER_CALL),
         store=store,
-        record_path=folder / "record.json",
         budgets={"max_steps": max_steps, "max_cost": 100.0},
     )
 

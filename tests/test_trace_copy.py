@@ -4,30 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fsm_agent import HaltReason, HaltRecord, ScriptedModel, load_tools, run
+from fsm_agent import HaltReason
 from fsm_agent.replay import replay_events
 from fsm_agent.runfile import read_run_file
 from stores.sqlite import SqliteStore
-
-LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
-MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
-
-
-def lab_run(tmp_path: Path, replies: list[object], copy: Path) -> HaltRecord:
-    return run(
-        "agent_loop",
-        task="Find the lab password",
-        model=ScriptedModel(replies),
-        tools=load_tools("examples.halt_lab.tools"),
-        store=tmp_path / "j.db",
-        record_path=tmp_path / "r.json",
-        trace_copy=copy,
-    )
+from tests.lab import LOOKUP, MISS, lab_run
 
 
 def test_the_copy_holds_the_whole_run_and_replays(tmp_path: Path) -> None:
     copy = tmp_path / "shipped" / "run.json"
-    record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], copy)
+    record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], trace_copy=copy)
     assert record.halt_reason is HaltReason.COMPLETED
     shipped = read_run_file(copy)
     store = SqliteStore(tmp_path / "j.db")
@@ -44,7 +30,7 @@ def test_the_copy_holds_the_whole_run_and_replays(tmp_path: Path) -> None:
 def test_a_failed_copy_is_never_reported_as_done(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the copy's directory should be")
-    record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], blocker / "run.json")
+    record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], trace_copy=blocker / "run.json")
     assert record.halt_reason is HaltReason.INTERNAL_ERROR
     assert record.terminal_state == "handoff"
     assert record.error is not None
@@ -55,7 +41,7 @@ def test_a_failed_copy_is_never_reported_as_done(tmp_path: Path) -> None:
 def test_a_failed_copy_keeps_a_budget_halt_and_says_so(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
-    record = lab_run(tmp_path, [MISS] * 10, blocker / "run.json")
+    record = lab_run(tmp_path, [MISS] * 10, trace_copy=blocker / "run.json")
     assert record.halt_reason is HaltReason.MAX_STEPS
     assert record.error is not None
     assert record.error.startswith("step budget spent: 8 of 8 model calls; the trace copy to")

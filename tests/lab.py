@@ -1,0 +1,37 @@
+"""The halt lab run most worker-level tests start from: agent_loop, the lab's lookup tool,
+a real SQLite journal and record under tmp_path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fsm_agent import HaltRecord, ScriptedModel, load_tools, run
+from fsm_agent.replay import replay_events
+from stores.sqlite import SqliteStore
+
+LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}  # a receipted hit
+MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}  # "refine your query"
+
+
+def lab_run(tmp_path: Path, model: list[Any] | Any, **options: Any) -> HaltRecord:
+    """Run the lab task with scripted replies (a list) or a model adapter; `options` go to
+    `run` (`store` defaults to tmp_path/j.db, the record to tmp_path/r.json)."""
+    options.setdefault("store", tmp_path / "j.db")
+    return run(
+        "agent_loop",
+        task="Find the lab password",
+        model=ScriptedModel(model) if isinstance(model, list) else model,
+        tools=load_tools("examples.halt_lab.tools"),
+        record_path=tmp_path / "r.json",
+        **options,
+    )
+
+
+def replays(db: Path, run_id: str) -> bool:
+    """Whether the run in the journal at `db` replays clean."""
+    store = SqliteStore(db)
+    try:
+        return replay_events(store.get_run(run_id), store.events(run_id)).ok
+    finally:
+        store.close()
