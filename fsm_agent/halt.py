@@ -33,6 +33,12 @@ class HaltReason(enum.StrEnum):
     INTERNAL_ERROR = "internal_error"
 
 
+#: Halts the runtime imposes from outside the declaration (a signal, an error, an operator's
+#: routing freeze): replay accepts them as recorded facts instead of re-deciding them.
+IMPOSED: Final = frozenset(
+    {HaltReason.INTERRUPTED, HaltReason.INTERNAL_ERROR, HaltReason.ROUTING_FROZEN}
+)
+
 DONE: Final = "done"
 BUDGET_EXHAUSTED: Final = "budget_exhausted"
 HANDOFF: Final = "handoff"

@@ -22,7 +22,7 @@ import attrs
 
 from fsm_agent.budgets import Meters, make_budgets, tripped_meter
 from fsm_agent.errors import InvalidInputError
-from fsm_agent.halt import HaltReason
+from fsm_agent.halt import IMPOSED, HaltReason
 from fsm_agent.journal import Event, GuardResult, RunRow
 from fsm_agent.lanes import CONTROL_KEYS, halt_lane_refusal
 from fsm_agent.machine import CompiledMachine, Decision, compile_machine
@@ -32,12 +32,6 @@ from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, parse_machine
 
 Verdict = Literal["match", "diverged", "external", "halted_earlier", "needs_facts"]
-#: Halts the runtime imposes from outside the declaration: accepted as recorded facts.
-_EXTERNAL = {
-    "signal": HaltReason.INTERRUPTED,
-    "error": HaltReason.INTERNAL_ERROR,
-    "routing_frozen": HaltReason.ROUTING_FROZEN,
-}
 
 
 @attrs.frozen
@@ -238,7 +232,8 @@ def _replay_event(r: _Replayer, event: Event) -> StepReport:
     if event.kind == "operator":  # a person's act (a raised budget): a recorded fact
         return StepReport(**_step_base(event, snap), verdict="external", detail=event.note)
     assert event.source is not None  # noqa: S101 - only the started event has no source
-    if event.trigger in _EXTERNAL and event.halt is _EXTERNAL[event.trigger]:
+    imposed = event.halt in IMPOSED and not r.spec.candidates(event.source, event.trigger or "")
+    if imposed:  # a signal, an error, a routing freeze: facts, not decisions to re-make
         return StepReport(
             **_step_base(event, snap),
             verdict="external",

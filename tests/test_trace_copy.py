@@ -8,7 +8,7 @@ from fsm_agent import HaltReason
 from fsm_agent.replay import replay_events
 from fsm_agent.runfile import read_run_file
 from stores.sqlite import SqliteStore
-from tests.lab import LOOKUP, MISS, lab_run
+from tests.lab import LOOKUP, MISS, lab_run, replays
 
 
 def test_the_copy_holds_the_whole_run_and_replays(tmp_path: Path) -> None:
@@ -36,6 +36,7 @@ def test_a_failed_copy_is_never_reported_as_done(tmp_path: Path) -> None:
     assert record.error is not None
     assert "the trace copy to" in record.error
     assert record.answer is None
+    assert replays(tmp_path / "j.db", record.run_id)  # the imposed halt is a recorded fact
 
 
 def test_a_failed_copy_keeps_a_budget_halt_and_says_so(tmp_path: Path) -> None:
