@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import click
 
@@ -16,7 +16,7 @@ from fsm_agent import serde
 from fsm_agent.cli import budget_options, cli, cli_errors, db_option, journal_store, json_option
 from fsm_agent.diagram import FORMATS, DiagramFormat, export_diagram, run_path
 from fsm_agent.errors import InvalidInputError
-from fsm_agent.journal import Event, RunRow
+from fsm_agent.journal import Control, ControlKind, Event, RunRow
 from fsm_agent.record import atomic_write_text
 from fsm_agent.replay import ReplayReport, load_run, replay_events
 from fsm_agent.replay_view import format_step
@@ -248,17 +248,11 @@ def raise_budget(
 ) -> None:
     """Raise a live run's caps. Only a person can: the run applies it before its next model
     call and journals who, why and the old and new values; replay shows the act."""
-    import getpass
-
     from fsm_agent.budgets import check_budget
-    from fsm_agent.journal import Control
-    from fsm_agent.worker import now_iso
 
     asked = {name: value for name, value in budgets.items() if value is not None}
     if not asked:
         raise InvalidInputError("say which cap to raise (--max-steps N, --wall-clock-ms N, …)")
-    if not why.strip():
-        raise InvalidInputError("--why must say why the cap is raised")
     with journal_store(db, must_exist=True) as store:
         run = store.get_run(run_id)
         if run.status != "running":
@@ -271,25 +265,28 @@ def raise_budget(
                 raise InvalidInputError(
                     f"{name} {value} does not raise the current {getattr(current, name)}"
                 )
-        control = Control(id=0, run_id=run_id, kind="raise_budget", payload=asked,
-                          who=who or getpass.getuser(), why=why, at=now_iso())  # fmt: skip
-        number = store.add_control(control)
+        number = store.add_control(_control(run_id, "raise_budget", asked, who, why))
     changes = ", ".join(f"{n} {getattr(current, n)} -> {v}" for n, v in asked.items())
     click.echo(f"queued raise-budget #{number} for run {run_id}: {changes}; the run applies it"
                " before its next model call and journals it")  # fmt: skip
 
 
-def _routing(kind: Literal["freeze_routing", "unfreeze_routing"], why: str, who: str | None,
-             db: str) -> None:  # fmt: skip
+def _control(
+    run_id: str | None, kind: ControlKind, payload: dict[str, Any], who: str | None, why: str
+) -> Control:
+    """An operator's act, signed: who (the login name by default), why (required), when."""
     import getpass
 
-    from fsm_agent.journal import Control
     from fsm_agent.worker import now_iso
 
     if not why.strip():
         raise InvalidInputError("--why must say why")
-    control = Control(id=0, run_id=None, kind=kind, payload={}, who=who or getpass.getuser(),
-                      why=why, at=now_iso())  # fmt: skip
+    return Control(id=0, run_id=run_id, kind=kind, payload=payload,
+                   who=who or getpass.getuser(), why=why, at=now_iso())  # fmt: skip
+
+
+def _routing(kind: ControlKind, why: str, who: str | None, db: str) -> None:
+    control = _control(None, kind, {}, who, why)
     with journal_store(db) as store:
         number = store.add_control(control)
     verb = "frozen" if kind == "freeze_routing" else "unfrozen"

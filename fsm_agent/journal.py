@@ -92,6 +92,9 @@ class RunRow:
     pid: int | None = None
 
 
+ControlKind = Literal["raise_budget", "freeze_routing", "unfreeze_routing"]
+
+
 @attrs.frozen
 class Control:
     """An operator's instruction, waiting in the store until a run reads it: for one live run
@@ -99,7 +102,7 @@ class Control:
 
     id: int
     run_id: str | None
-    kind: Literal["raise_budget", "freeze_routing", "unfreeze_routing"]
+    kind: ControlKind
     payload: dict[str, Any]
     who: str
     why: str
