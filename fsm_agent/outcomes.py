@@ -7,31 +7,65 @@ result contributes the values a final answer may be grounded in.
 
 from __future__ import annotations
 
-import json
+import reprlib
 from collections.abc import Iterator
 from typing import Any
 
 from fsm_agent import serde
 from fsm_agent.deadline import CallResult, ChildError
+from fsm_agent.proposals import MAX_REPLY_BYTES, MAX_REPLY_CHARS, json_problem
 from fsm_agent.receipts import Receipt
 from fsm_agent.snapshot import ToolOutcome
 from fsm_agent.tools import ToolError, ToolResult
 
+#: How a value the journal cannot keep as is starts; the marker is text, so a replay parses
+#: it as prose (`schema_fail`), as the live run rejected the value itself.
+NOT_KEPT = "<not journaled as is: "
+#: The most of such a value the marker keeps, for the person reading the journal.
+PREVIEW_CHARS = 200
+_preview_repr = reprlib.Repr()
+_preview_repr.maxlevel = 3
+_preview_repr.maxstring = _preview_repr.maxother = 80
+
 
 def jsonable(value: Any) -> Any:
-    """A raw value as JSON-able data for the journal (repr for anything else).
+    """A raw value (a model reply, a tool observation) as the journal keeps it.
 
-    UTF-8 bytes are kept as their text, so a replay parses what the live run parsed."""
+    Plain, bounded JSON data (what `proposals.json_problem` passes, and any string of at most
+    `MAX_REPLY_CHARS` characters) is kept as is; UTF-8 bytes are kept as their text, so a
+    replay parses what the live run parsed. Anything else (NaN, a Python object, a reply
+    over the size or depth limit, bytes that are not UTF-8) becomes a marker string
+    `<not journaled as is: the value …; preview: …>` of a few hundred characters at most. Never
+    raises."""
     if isinstance(value, bytes):
+        if len(value) > MAX_REPLY_BYTES:
+            return _not_kept(f"is {len(value)} bytes, over the limit of {MAX_REPLY_BYTES}", value)
         try:
-            return value.decode("utf-8")
+            value = value.decode("utf-8")
         except UnicodeDecodeError:
-            return repr(value)
+            return _not_kept("is bytes that are not UTF-8", value)
+    if isinstance(value, str):
+        if len(value) <= MAX_REPLY_CHARS:
+            return value
+        return _not_kept(f"is {len(value)} characters, over the limit of {MAX_REPLY_CHARS}", value)
     try:
-        json.dumps(value, allow_nan=False)
+        problem = json_problem(value)
+    except Exception as exc:  # a hostile Python value (a raising __len__, __iter__ …)
+        problem = f"cannot be read ({type(exc).__name__})"
+    if problem is None:
         return value
-    except (TypeError, ValueError, RecursionError):
-        return repr(value)
+    return _not_kept(problem, value)
+
+
+def _not_kept(why: str, value: Any) -> str:
+    if isinstance(value, str | bytes):
+        preview = repr(value[:PREVIEW_CHARS])
+    else:
+        try:
+            preview = _preview_repr.repr(value)
+        except Exception:  # a raising __repr__, an int too long to print …
+            preview = f"a {type(value).__name__}"
+    return f"{NOT_KEPT}the value {why}; preview: {preview[:PREVIEW_CHARS]}>"
 
 
 def check_result(result: ToolResult) -> None:

@@ -167,14 +167,16 @@ def default_policy_path() -> Path:
 
 def load_policy(path: str | os.PathLike[str]) -> Policy:
     """Load and validate a policy file; raises `PolicyError` (fail closed) on any problem."""
+    from fsm_agent.yamlsource import Unreadable, read_source
+
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_source(path)
+    except Unreadable as exc:
         raise PolicyError(
-            f"cannot read the policy file: {exc}",
+            f"cannot read the policy file: {exc.why}",
             source=source,
-            line=None,
+            line=exc.line,
             key="$",
             kind="malformed",
         ) from exc

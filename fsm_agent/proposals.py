@@ -3,17 +3,34 @@
 Model output is data. A `done: true` flag is recorded as ignored and never votes; a chatty
 paragraph is `schema_fail`; nothing at all is `empty_response`; a final answer is accepted
 only in the declared schema `{"answer": "<non-empty string>"}`.
+
+Hostile input is bounded before anything walks it: a reply is read only if it is plain JSON
+data (objects with string keys, arrays, strings, finite numbers, booleans, null) of at most
+`MAX_REPLY_CHARS` characters, nested at most `MAX_REPLY_DEPTH` deep, with integers of at
+most 4,300 digits; anything else is `schema_fail` with what was wrong (`json_problem`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import attrs
 
+#: The largest reply read: characters of text, or the size of a Python value (one per value,
+#: plus the characters of its strings and keys, which is never more than its JSON text).
 MAX_REPLY_CHARS = 1_000_000
+#: A UTF-8 reply longer than this many bytes is over `MAX_REPLY_CHARS` without decoding it.
+MAX_REPLY_BYTES = 4 * MAX_REPLY_CHARS
+#: How deep objects and arrays may nest: far below Python's recursion limit, so nothing that
+#: walks an accepted reply (the encoder, the converter, the journal) can overflow.
+MAX_REPLY_DEPTH = 64
+#: Integers up to 2**14284 (under 10**4300, Python's int-to-text limit) can be journaled.
+MAX_INT_BITS = 14_284
+#: A rejection's detail is cut to this length (it is journaled with every later snapshot).
+MAX_DETAIL_CHARS = 300
 #: Keys a reply may carry beside its one proposal; recorded, never obeyed.
 IGNORED_KEYS = frozenset({"done"})
 _PROPOSAL_KEYS = ("tool_call", "answer", "handoff")
@@ -57,6 +74,8 @@ Proposal = ToolCall | FinalAnswer | HandoffRequest | Rejection
 
 
 def _schema(detail: str) -> Rejection:
+    if len(detail) > MAX_DETAIL_CHARS:
+        detail = detail[: MAX_DETAIL_CHARS - 1] + "…"
     return Rejection(kind="schema_fail", detail=detail)
 
 
@@ -68,7 +87,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ValueError(f"duplicate key {key!r}")
+            raise ValueError(f"duplicate key {key[:80]!r}")
         out[key] = value
     return out
 
@@ -77,14 +96,55 @@ def _decode(text: str) -> Any:
     return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
 
 
-def _finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(_finite(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return all(_finite(v) for v in value)
-    return True
+def json_problem(value: Any) -> str | None:
+    """Why `value` is not plain, bounded JSON data, as a phrase ("has a non-finite number");
+    None when it is. Iterative and bounded: it stops at the first problem, visits at most
+    `MAX_REPLY_CHARS` values and holds one iterator per level, so a deep, huge or cyclic
+    value can neither overflow the stack nor hang it.
+
+    What passes is exactly what the journal keeps as is, and encodes without an error."""
+    too_large = f"is larger than {MAX_REPLY_CHARS} characters"
+    budget = MAX_REPLY_CHARS
+    levels: list[Iterator[Any]] = [iter((value,))]
+    while levels:
+        item = next(levels[-1], _END)
+        if item is _END:
+            levels.pop()
+            continue
+        budget -= 1
+        if isinstance(item, str):
+            budget -= len(item)
+        elif item is None or isinstance(item, bool):
+            pass
+        elif isinstance(item, int):
+            if item.bit_length() > MAX_INT_BITS:
+                return "has an integer of more than 4300 digits"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return "has a non-finite number (NaN or infinity)"
+        elif isinstance(item, _CONTAINERS):
+            if len(levels) > MAX_REPLY_DEPTH:  # levels holds this item's parents, and the top
+                return f"is nested more than {MAX_REPLY_DEPTH} levels deep"
+            if len(item) > budget:  # each member costs at least one: refuse before walking
+                return too_large
+            if isinstance(item, dict):
+                for key in item:
+                    if not isinstance(key, str):
+                        return "has a non-string key (keys must be strings)"
+                    budget -= len(key)
+                levels.append(iter(item.values()))
+            else:
+                levels.append(iter(item))
+        else:
+            verb = "is" if item is value else "has"
+            return f"{verb} a {type(item).__name__}, which is not JSON data"
+        if budget < 0:
+            return too_large
+    return None
+
+
+_END = object()
+_CONTAINERS = (dict, list, tuple)
 
 
 def _nonempty_str(value: Any) -> bool:
@@ -108,7 +168,16 @@ def _from_text(raw: str) -> Any:
 
 def parse_reply(raw: Any, *, step: int, max_steps: int) -> Proposal:
     """Turn one raw model reply into exactly one `Proposal`. Pure; never raises."""
+    try:
+        return _parse(raw, step=step, max_steps=max_steps)
+    except Exception as exc:  # a hostile Python value (a raising __eq__, __len__ …)
+        return _schema(f"reply cannot be read: {type(exc).__name__}")
+
+
+def _parse(raw: Any, *, step: int, max_steps: int) -> Proposal:
     if isinstance(raw, bytes):
+        if len(raw) > MAX_REPLY_BYTES:
+            return _schema(f"reply is {len(raw)} bytes; the limit is {MAX_REPLY_CHARS} characters")
         try:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -119,23 +188,19 @@ def parse_reply(raw: Any, *, step: int, max_steps: int) -> Proposal:
         raw = _from_text(raw)
         if isinstance(raw, Rejection):
             return raw
-    if raw is None or raw == {} or raw == []:
+    if raw is None or (isinstance(raw, dict | list | tuple) and len(raw) == 0):
         return Rejection(kind="empty_response", detail="the model returned nothing")
     if isinstance(raw, str):
         return _schema("prose is not a proposal; expected a JSON object")
     if not isinstance(raw, dict):
         return _schema(f"expected a JSON object, got {type(raw).__name__}")
-    try:
-        return _from_object(raw, step=step, max_steps=max_steps)
-    except RecursionError:
-        return _schema("reply is nested too deeply")
+    problem = json_problem(raw)
+    if problem is not None:
+        return _schema(f"reply {problem}")
+    return _from_object(raw, step=step, max_steps=max_steps)
 
 
-def _from_object(reply: dict[Any, Any], *, step: int, max_steps: int) -> Proposal:
-    if not all(isinstance(k, str) for k in reply):
-        return _schema("reply keys must be strings")
-    if not _finite(reply):
-        return _schema("reply contains a non-finite number")
+def _from_object(reply: dict[str, Any], *, step: int, max_steps: int) -> Proposal:
     ignored = tuple(sorted(k for k in reply if k in IGNORED_KEYS))
     present = [k for k in _PROPOSAL_KEYS if k in reply]
     unknown = sorted(set(reply) - set(_PROPOSAL_KEYS) - IGNORED_KEYS)

@@ -128,11 +128,13 @@ def machine_path(ref: str) -> Path:
 
 def load_machine(ref: str) -> MachineSpec:
     """Load and validate a machine by name or path."""
+    from fsm_agent.yamlsource import Unreadable, read_source
+
     path = machine_path(ref)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MachineSpecError(f"cannot read: {exc}", source=str(path)) from exc
+        text = read_source(path)
+    except Unreadable as exc:
+        raise MachineSpecError(f"cannot read: {exc.why}", source=str(path)) from exc
     spec = parse_machine(text, source=str(path))
     declared = spec.policy_path()
     if declared is not None:  # a declared policy must load: it fails closed at load time
