@@ -9,6 +9,7 @@ child process that is killed at the deadline, which stops the side effect.
 from __future__ import annotations
 
 import inspect
+import os
 import queue
 import threading
 import time
@@ -93,6 +94,16 @@ class _CallThread:
 
     def submit(self, job: Callable[[], None]) -> None:
         self._jobs.put(job)
+
+
+def _forget_threads_after_fork() -> None:
+    """A forked child has none of its parent's threads: an idle one inherited in the list
+    would take a call and never run it (the call would hang until its deadline)."""
+    _CallThread._idle = []
+    _CallThread._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
 def _ms_since(start: float) -> int:

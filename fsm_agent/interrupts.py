@@ -3,6 +3,11 @@
 The handler raises `Interrupted` in the main thread — except inside a critical section
 (a journal commit, the record write), where it only notes the signal; the section raises it
 on exit. So a signal never tears a journal write in half.
+
+A signal that arrives while the run is already halting (a shielded section) does not change
+how the run ends, but it is not lost either: once the run's handlers are removed, it is
+raised again for the process's own handler — so a worker that runs many runs in one process
+still stops when told to.
 """
 
 from __future__ import annotations
@@ -27,12 +32,15 @@ class InterruptGate:
         self.received: int | None = None
         self._depth = 0
         self._previous: dict[int, Any] = {}
+        self.deferred: int | None = None  # arrived while halting: re-raised after the run
+        self.raised = False  # True once a signal has ended (or is ending) the run
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.received = self.received or signum
         if self._depth > 0:
             self.pending = self.pending or signum
             return
+        self.raised = True
         raise Interrupted(signum)
 
     @contextmanager
@@ -48,6 +56,9 @@ class InterruptGate:
         finally:
             for signum, previous in self._previous.items():
                 signal.signal(signum, previous)
+            if self.deferred is not None and not self.raised:
+                signum, self.deferred = self.deferred, None
+                signal.raise_signal(signum)
 
     @contextmanager
     def critical(self) -> Iterator[None]:
@@ -59,6 +70,7 @@ class InterruptGate:
             self._depth -= 1
         if self._depth == 0 and self.pending is not None:
             signum, self.pending = self.pending, None
+            self.raised = True
             raise Interrupted(signum)
 
     @contextmanager
@@ -69,4 +81,6 @@ class InterruptGate:
             yield
         finally:
             self._depth -= 1
+            if self.pending is not None and self._depth == 0:
+                self.deferred = self.deferred or self.pending
             self.pending = None

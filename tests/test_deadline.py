@@ -181,3 +181,15 @@ def test_threads_are_reused_but_never_one_that_was_abandoned() -> None:
     assert hung_threads[0].ident not in seen  # the abandoned thread got no further work
     assert len(seen) <= 2  # the others were handed the calls, not one thread per call
     release.set()
+
+
+def test_a_forked_child_gets_fresh_call_threads() -> None:
+    # A parent that made a call keeps an idle daemon thread; a forked child does not have
+    # it. Before the fix the child's call went to that ghost thread and timed out.
+    assert call_with_deadline(lambda: 1, timeout_s=5).status == "ok"
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its call ran
+        result = call_with_deadline(lambda: 2, timeout_s=5)
+        os._exit(0 if (result.status, result.value) == ("ok", 2) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
