@@ -22,7 +22,7 @@ from fsm_agent.guards import resolve_guard
 from fsm_agent.halt import DONE
 from fsm_agent.journal import Facts
 from fsm_agent.lanes import ControlPlane, Lane, assert_local_halt, halt_lane_refusal
-from fsm_agent.models import ModelAdapter, ModelReply, Prompt
+from fsm_agent.models import ModelAdapter, ModelCallFailed, ModelReply, Prompt, describe_tools
 from fsm_agent.outcomes import grounded_values, jsonable, outcome_from_call
 from fsm_agent.proposals import (
     FinalAnswer,
@@ -155,17 +155,20 @@ def _outcome_of(proposal: Proposal) -> str:
 def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
     ctx.steps_used += 1
     step = ctx.steps_used
+    time_left = ctx.remaining_s()
     prompt = Prompt(
         task=ctx.task,
         step=step,
         max_steps=ctx.budgets.max_steps,
         tools=ctx.allowlist,
         history=tuple(ctx.history),
+        time_left_s=time_left,
+        tool_specs=describe_tools(ctx.tools, ctx.allowlist),
     )
     call = call_with_deadline(
         ctx.model,
         (prompt,),
-        timeout_s=ctx.remaining_s(),
+        timeout_s=time_left,
         isolation=getattr(ctx.model, "isolation", "thread"),
         name="model",
     )
@@ -181,6 +184,12 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
     elif call.status == "timeout":
         error = f"model call abandoned after {call.elapsed_ms} ms at the wall-clock deadline"
         proposal = Rejection(kind="empty_response", detail=error)
+    elif isinstance(call.error, ModelCallFailed):  # a named fault: journal its raw body
+        fault = call.error
+        content, cost = fault.raw, fault.cost
+        ctx.add_cost(cost)
+        error = f"model call failed: {fault.kind}: {fault.detail}"
+        proposal = Rejection(kind=fault.rejection, detail=error)
     else:
         error = f"model call failed: {type(call.error).__name__}: {call.error}"
         proposal = Rejection(kind="empty_response", detail=error)
@@ -196,15 +205,9 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
         fingerprint = json.dumps([proposal.name, proposal.args], sort_keys=True, default=repr)
         ctx.repeats = ctx.repeats + 1 if fingerprint == ctx.last_call else 1
         ctx.last_call = fingerprint
-    elif isinstance(proposal, Rejection):
-        ctx.history.append({"role": "runtime", "content": f"reply rejected: {proposal.detail}"})
-    elif isinstance(proposal, FinalAnswer):
-        ctx.history.append(
-            {
-                "role": "runtime",
-                "content": "a final answer counts only if a receipted tool result backs it",
-            }
-        )
+    note = proposal_note(proposal)
+    if note is not None:
+        ctx.history.append(note)
     facts = Facts(action="model", reply=jsonable(content), reply_cost=float(cost), error=error,
                   repaired=repaired)  # fmt: skip
     return _outcome_of(proposal), facts
@@ -233,22 +236,62 @@ def _repair_vote(
     return again, repaired
 
 
+# --- what the model is told, and what the record lists (also rebuilt by resume) -----------
+
+
+def proposal_note(proposal: Proposal) -> dict[str, Any] | None:
+    """The history note a parsed reply leaves for the model's next prompt: a tool call is the
+    assistant's turn (the protocol pairs each tool result with it)."""
+    if isinstance(proposal, ToolCall):
+        call = {"name": proposal.name, "args": dict(proposal.args)}
+        return {"role": "assistant", "content": {"tool_call": call}}
+    if isinstance(proposal, Rejection):
+        return {"role": "runtime", "content": f"reply rejected: {proposal.detail}"}
+    if isinstance(proposal, FinalAnswer):
+        return {
+            "role": "runtime",
+            "content": "a final answer counts only if a receipted tool result backs it",
+        }
+    return None
+
+
+def failure_note(outcome: ToolOutcome) -> dict[str, Any] | None:
+    """The history note of a tool call that did not return."""
+    if outcome.status == "returned":
+        return None
+    return {"role": "tool", "name": outcome.name, "status": outcome.status, "error": outcome.error}
+
+
+def receipts_note(outcome: ToolOutcome) -> dict[str, Any]:
+    """The history note of a returned call's observation and receipts."""
+    return {
+        "role": "tool",
+        "name": outcome.name,
+        "observation": outcome.observation,
+        "receipts": serde.unstructure(outcome.receipts),
+        "receipts_complete": receipts_complete(outcome.receipts),
+    }
+
+
+def call_entry(step: int, outcome: ToolOutcome) -> ToolCallEntry:
+    """One tool call as the halt record lists it."""
+    return ToolCallEntry(
+        step=step,
+        name=outcome.name,
+        args=dict(outcome.args),
+        status=outcome.status,
+        receipts=outcome.receipts,
+        error=outcome.error,
+        outcome_unknown=outcome.outcome_unknown,
+        duration_ms=outcome.duration_ms,
+    )
+
+
 def _record_call(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
     """Make `outcome` the run's last tool outcome and count it: meters, cost, the record."""
     ctx.tool = outcome
     ctx.add_cost(outcome.cost)
-    ctx.tool_calls.append(
-        ToolCallEntry(
-            step=ctx.steps_used,
-            name=outcome.name,
-            args=dict(outcome.args),
-            status=outcome.status,
-            receipts=outcome.receipts,
-            error=outcome.error,
-            outcome_unknown=outcome.outcome_unknown,
-            duration_ms=outcome.duration_ms,
-        )
-    )
+    ctx.tool_calls.append(call_entry(ctx.steps_used, outcome))
     return outcome
 
 
@@ -306,10 +349,9 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
     trigger = {"returned": "tool_returned", "failed": "tool_failed", "timed_out": "tool_timed_out"}[
         outcome.status
     ]
-    if outcome.status != "returned":
-        ctx.history.append(
-            {"role": "tool", "name": tool.name, "status": outcome.status, "error": outcome.error}
-        )
+    note = failure_note(outcome)
+    if note is not None:
+        ctx.history.append(note)
     return trigger, Facts(action="tool", tool=outcome, error=outcome.error)
 
 
@@ -320,15 +362,7 @@ def _collect_receipts(ctx: RunContext) -> tuple[str, Facts]:
         ctx.evidence = ctx.evidence or complete
         if complete:
             ctx.grounded = grounded_values(ctx.grounded, outcome)
-        ctx.history.append(
-            {
-                "role": "tool",
-                "name": outcome.name,
-                "observation": outcome.observation,
-                "receipts": serde.unstructure(outcome.receipts),
-                "receipts_complete": complete,
-            }
-        )
+        ctx.history.append(receipts_note(outcome))
     return "collected", Facts(action="receipts")
 
 

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from fsm_agent import serde
-from fsm_agent.errors import FsmAgentError, InvalidInputError
-from fsm_agent.halt import EXIT_INTERNAL_ERROR, EXIT_INVALID_INPUT, exit_code
+from fsm_agent.errors import FsmAgentError, InvalidInputError, RunPaused
+from fsm_agent.halt import EXIT_INTERNAL_ERROR, EXIT_INVALID_INPUT, EXIT_PAUSED, exit_code
 from fsm_agent.journal import Event, RunRow
-from fsm_agent.models import load_model
+from fsm_agent.models import ModelAdapter, load_model
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, record_json
 from fsm_agent.spec import load_machine
 from fsm_agent.tools import ToolRegistry, load_tools
@@ -32,6 +32,7 @@ from fsm_agent.worker import DEFAULT_DB
 from fsm_agent.worker import run as run_machine
 
 if TYPE_CHECKING:
+    from fsm_agent.openai_model import Endpoint
     from stores.sqlite import SqliteStore
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -158,15 +159,86 @@ def _summary(record: HaltRecord) -> str:
     return "\n".join(lines)
 
 
+def _endpoint(model_spec: str, options: dict[str, Any]) -> Endpoint | None:
+    """The HTTP endpoint of an `openai:MODEL` model from the run's options (None otherwise)."""
+    given = [f"--{name.replace('_', '-')}" for name, value in options.items() if value is not None]
+    if not model_spec.startswith("openai:"):
+        if given:
+            raise InvalidInputError(f"{', '.join(given)}: only for an openai:MODEL model")
+        return None
+    if options["base_url"] is None:
+        raise InvalidInputError(f"{model_spec}: --base-url is required (the server's …/v1 URL)")
+    from fsm_agent.openai_model import Endpoint
+
+    return Endpoint(
+        base_url=options["base_url"],
+        api_key_env=options["api_key_env"],
+        tier=options["lane_tier"] or "free",
+        price_in=options["price_in"],
+        price_out=options["price_out"],
+        worst_case_cost=options["worst_case_cost"],
+    )
+
+
+_MODEL_OPTIONS = (
+    click.option(
+        "--model",
+        "model_spec",
+        required=True,
+        help="scripted:PATH (JSON list of replies), python:module:callable, or openai:MODEL"
+        " (an OpenAI-compatible server; see --base-url).",
+    ),
+    click.option(
+        "--base-url",
+        help="openai: the server's base URL (e.g. http://127.0.0.1:8080/v1); the adapter POSTs"
+        " to BASE_URL/chat/completions.",
+    ),
+    click.option(
+        "--api-key-env",
+        metavar="NAME",
+        help="openai: the NAME of the environment variable that holds the API key (never the key"
+        " itself).",
+    ),
+    click.option(
+        "--lane-tier",
+        type=click.Choice(["free", "paid", "local"]),
+        help="openai: the model lane's tier (kind http).  [default: free]",
+    ),
+    click.option("--price-in", type=float, help="openai: dollars per million input tokens."),
+    click.option("--price-out", type=float, help="openai: dollars per million output tokens."),
+    click.option(
+        "--worst-case-cost",
+        type=float,
+        help="openai: dollars counted for a call whose usage is unknown (required with prices).",
+    ),
+)
+
+
+_ENDPOINT_OPTIONS = ("base_url", "api_key_env", "lane_tier", "price_in", "price_out",
+                     "worst_case_cost")  # fmt: skip
+
+
+def model_options(fn: F) -> F:
+    """`--model` and the endpoint options of an `openai:MODEL` model, handed to the command
+    as one loaded `model` adapter."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        spec = kwargs.pop("model_spec")
+        endpoint = _endpoint(spec, {name: kwargs.pop(name) for name in _ENDPOINT_OPTIONS})
+        kwargs["model"] = load_model(spec, endpoint=endpoint)
+        return fn(*args, **kwargs)
+
+    decorated: Any = cli_errors(wrapper)  # a bad model spec is `Error: …`, exit 2
+    for option in reversed(_MODEL_OPTIONS):
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
+
+
 @cli.command()
 @click.argument("machine")
 @click.option("--task", required=True, help="What the agent is asked to do.")
-@click.option(
-    "--model",
-    "model_spec",
-    required=True,
-    help="scripted:PATH (JSON list of replies) or python:module:callable.",
-)
+@model_options
 @click.option("--tools", "tools_module", help="Module exposing TOOLS = ToolRegistry(...).")
 @db_option
 @budget_options
@@ -196,7 +268,7 @@ def _summary(record: HaltRecord) -> str:
 def run(
     machine: str,
     task: str,
-    model_spec: str,
+    model: ModelAdapter,
     tools_module: str | None,
     db: str,
     budgets: dict[str, int | float | None],
@@ -218,7 +290,6 @@ def run(
         from fsm_agent.policy import load_policy
 
         control = load_policy(policy_path).control_plane_for_runtime()
-    model = load_model(model_spec)
     tools = load_tools(tools_module) if tools_module else ToolRegistry()
     state: dict[str, int] = {}
 
@@ -231,19 +302,35 @@ def run(
             _progress(state["max"], quiet)(event)
 
     with journal_store(db) as store:
-        record = run_machine(
-            spec,
-            task=task,
-            model=model,
-            tools=tools,
-            store=store,
-            budgets=budgets,
-            record_path=record_path,
-            thrash_limit=thrash_limit,
-            control=control,
-            on_transition=on_transition,
-            trace_copy=trace_copy,
+        record = paused_or(
+            lambda: run_machine(
+                spec,
+                task=task,
+                model=model,
+                tools=tools,
+                store=store,
+                budgets=budgets,
+                record_path=record_path,
+                thrash_limit=thrash_limit,
+                control=control,
+                on_transition=on_transition,
+                trace_copy=trace_copy,
+            )
         )
+    finish(record, record_path, as_json)
+
+
+def paused_or(drive: Callable[[], HaltRecord]) -> HaltRecord:
+    """Drive a run; if a person pauses it, say how to continue it and exit 75."""
+    try:
+        return drive()
+    except RunPaused as exc:
+        click.echo(f"{exc}; continue it with: fsm-agent resume {exc.run_id} --model …")
+        sys.exit(EXIT_PAUSED)
+
+
+def finish(record: HaltRecord, record_path: str, as_json: bool) -> None:
+    """Print how a run halted and exit with its code."""
     if as_json:
         click.echo(record_json(record), nl=False)
     else:
@@ -253,9 +340,12 @@ def run(
 
 
 def _run_dict(row: RunRow) -> dict[str, Any]:
+    from fsm_agent.resume import shown_status
+
     data: dict[str, Any] = serde.unstructure(row)
     data.pop("machine_text")
     data.pop("record")
+    data["shown_status"] = shown_status(row)  # `interrupted` when its process is gone
     return data
 
 
@@ -274,10 +364,12 @@ def runs(db: str, limit: int, as_json: bool) -> None:
     if not rows:
         click.echo(f"no runs in {db}")
         return
+    from fsm_agent.resume import shown_status
+
     header = f"{'RUN':<12}  {'MACHINE':<16}  {'HALT':<18}  {'STEPS':>7}  STARTED"
     click.echo(header)
     for r in rows:
-        reason = r.halt_reason.value if r.halt_reason else f"({r.status})"
+        reason = r.halt_reason.value if r.halt_reason else f"({shown_status(r)})"
         steps = f"{r.steps_used}/{r.budgets.max_steps}"
         click.echo(f"{r.run_id:<12}  {r.machine:<16}  {reason:<18}  {steps:>7}  {r.started_at}")
 
@@ -307,7 +399,11 @@ def show(run_id: str, db: str, as_json: bool) -> None:
     click.echo(f"run {row.run_id}  machine {row.machine}  ({row.machine_sha256[:12]})")
     click.echo(f"task: {row.task}")
     if row.record is None:
-        click.echo(f"status: {row.status} in {row.state} (no halt record: interrupted or live)")
+        from fsm_agent.resume import shown_status
+
+        status = shown_status(row)
+        hint = f"; resume with: fsm-agent resume {row.run_id}" if status != "running" else ""
+        click.echo(f"status: {status} in {row.state} (no halt record yet{hint})")
     else:
         click.echo(_summary(row.record))
     click.echo("")
@@ -322,6 +418,9 @@ def show(run_id: str, db: str, as_json: bool) -> None:
             line += f"  halt: {e.halt.value}"
         if e.guards:
             line += f"  guards: {_guards_text(e)}"
+        if e.kind == "resumed":
+            click.echo(f"{e.seq:>4}  {step:>5}  {e.note}")
+            continue
         if e.note and (e.kind == "operator" or e.halt is not None):
             line += f"\n{'':>13}{e.note}"  # an operator's act, or why the runtime halted
         click.echo(line)
@@ -388,5 +487,5 @@ def main() -> None:
     cli(prog_name="fsm-agent")
 
 
-# The incident-review commands register themselves on `cli` (replay, export, import, stats).
-from fsm_agent import cli_review  # noqa: E402, F401
+# The incident-review and operations commands register themselves on `cli`.
+from fsm_agent import cli_ops, cli_review  # noqa: E402, F401

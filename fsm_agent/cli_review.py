@@ -265,13 +265,13 @@ def raise_budget(
                 raise InvalidInputError(
                     f"{name} {value} does not raise the current {getattr(current, name)}"
                 )
-        number = store.add_control(_control(run_id, "raise_budget", asked, who, why))
+        number = store.add_control(signed_control(run_id, "raise_budget", asked, who, why))
     changes = ", ".join(f"{n} {getattr(current, n)} -> {v}" for n, v in asked.items())
     click.echo(f"queued raise-budget #{number} for run {run_id}: {changes}; the run applies it"
                " before its next model call and journals it")  # fmt: skip
 
 
-def _control(
+def signed_control(
     run_id: str | None, kind: ControlKind, payload: dict[str, Any], who: str | None, why: str
 ) -> Control:
     """An operator's act, signed: who (the login name by default), why (required), when."""
@@ -286,7 +286,7 @@ def _control(
 
 
 def _routing(kind: ControlKind, why: str, who: str | None, db: str) -> None:
-    control = _control(None, kind, {}, who, why)
+    control = signed_control(None, kind, {}, who, why)
     with journal_store(db) as store:
         number = store.add_control(control)
     verb = "frozen" if kind == "freeze_routing" else "unfrozen"

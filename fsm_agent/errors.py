@@ -64,6 +64,16 @@ class JournalError(FsmAgentError):
         super().__init__(f"journal {where}: {message}")
 
 
+class RunPaused(FsmAgentError):
+    """A person paused the run: its process stops, the run waits in the journal for
+    `fsm-agent resume` (not a halt: it has no halt reason and no record yet)."""
+
+    def __init__(self, run_id: str, *, step: int, by: str, why: str) -> None:
+        self.run_id = run_id
+        self.step = step
+        super().__init__(f"run {run_id} paused at step {step} by {by}: {why}")
+
+
 class RunNotFound(InvalidInputError):
     """No run with that id exists in the journal."""
 

@@ -29,14 +29,23 @@ class HaltReason(enum.StrEnum):
     HALT_PATH_REFUSED = "halt_path_refused"
     NO_TRANSITION = "no_transition"
     ROUTING_FROZEN = "routing_frozen"
+    SIDE_EFFECT_UNKNOWN = "side_effect_unknown"
+    JOURNAL_FAILED = "journal_failed"
     INTERRUPTED = "interrupted"
     INTERNAL_ERROR = "internal_error"
 
 
 #: Halts the runtime imposes from outside the declaration (a signal, an error, an operator's
-#: routing freeze): replay accepts them as recorded facts instead of re-deciding them.
+#: routing freeze, a resumed run's unreceipted side effect): replay accepts them as recorded
+#: facts instead of re-deciding them.
 IMPOSED: Final = frozenset(
-    {HaltReason.INTERRUPTED, HaltReason.INTERNAL_ERROR, HaltReason.ROUTING_FROZEN}
+    {
+        HaltReason.INTERRUPTED,
+        HaltReason.INTERNAL_ERROR,
+        HaltReason.ROUTING_FROZEN,
+        HaltReason.SIDE_EFFECT_UNKNOWN,
+        HaltReason.JOURNAL_FAILED,
+    }
 )
 
 DONE: Final = "done"
@@ -62,6 +71,8 @@ TERMINAL_STATE: Final = MappingProxyType(
         HaltReason.HALT_PATH_REFUSED: HANDOFF,
         HaltReason.NO_TRANSITION: HANDOFF,
         HaltReason.ROUTING_FROZEN: HANDOFF,
+        HaltReason.SIDE_EFFECT_UNKNOWN: HANDOFF,
+        HaltReason.JOURNAL_FAILED: HANDOFF,
         HaltReason.INTERRUPTED: HANDOFF,
         HaltReason.INTERNAL_ERROR: HANDOFF,
     }
@@ -83,6 +94,8 @@ CANNOT_METER: Final = MappingProxyType(
 EXIT_CODE: Final = MappingProxyType({DONE: 0, BUDGET_EXHAUSTED: 3, HANDOFF: 4})
 EXIT_INVALID_INPUT: Final = 2
 EXIT_INTERNAL_ERROR: Final = 70
+#: `run` / `resume` of a run a person paused: not a halt; the run waits for `resume`.
+EXIT_PAUSED: Final = 75
 
 
 def terminal_state(reason: HaltReason) -> str:

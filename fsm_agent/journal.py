@@ -9,20 +9,25 @@ the model, the tools or a clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import attrs
 
 from fsm_agent.budgets import Budgets
+
+if TYPE_CHECKING:
+    from fsm_agent.chain import ChainLink
 from fsm_agent.halt import HaltReason
 from fsm_agent.record import HaltRecord
 from fsm_agent.snapshot import Snapshot, ToolOutcome
 
 SCHEMA_VERSION = 1
 #: started opens a run; transition is one state change; operator is a person's act on a
-#: live run (a raised budget), journaled where it took effect.
-EventKind = Literal["started", "transition", "operator"]
-RunStatus = Literal["running", "halted"]
+#: live run (a raised budget, a pause), journaled where it took effect; resumed marks where
+#: a new process took an interrupted or paused run over.
+EventKind = Literal["started", "transition", "operator", "resumed"]
+#: paused: a person paused the run; its process ended and the run waits for `resume`.
+RunStatus = Literal["running", "paused", "halted"]
 
 
 @attrs.frozen
@@ -70,6 +75,8 @@ class Event:
     halt: HaltReason | None = None
     retry: bool = False
     note: str | None = None
+    #: the id of the operator control an `operator` event applied
+    control: int | None = None
 
 
 @attrs.frozen
@@ -90,15 +97,17 @@ class RunRow:
     ended_at: str | None = None
     record: HaltRecord | None = None
     pid: int | None = None
+    #: the host of the process that owns the run while it is live (with `pid`)
+    host: str | None = None
 
 
-ControlKind = Literal["raise_budget", "freeze_routing", "unfreeze_routing"]
+ControlKind = Literal["raise_budget", "freeze_routing", "unfreeze_routing", "pause"]
 
 
 @attrs.frozen
 class Control:
     """An operator's instruction, waiting in the store until a run reads it: for one live run
-    (raise_budget), or for every run (freeze_routing / unfreeze_routing, `run_id` None)."""
+    (raise_budget, pause), or for every run (freeze_routing / unfreeze_routing, `run_id` None)."""
 
     id: int
     run_id: str | None
@@ -134,11 +143,19 @@ class Store(Protocol):
     @property
     def location(self) -> str: ...
 
-    def start_run(self, run: RunRow, first: Event) -> None: ...
+    def start_run(self, run: RunRow, first: Event) -> str:
+        """Write a new run's row and first event; return the run's head hash."""
+        ...
 
-    def append(self, event: Event) -> None: ...
+    def append(self, event: Event) -> str:
+        """Chain one event onto its run's head; return the new head hash."""
+        ...
 
     def finish_run(self, record: HaltRecord) -> None: ...
+
+    def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
+        """Set a live run's status and owner (a pause, a resume); never a halted run's."""
+        ...
 
     def get_run(self, run_id: str) -> RunRow: ...
 
@@ -151,6 +168,14 @@ class Store(Protocol):
     def controls(self, run_id: str, after: int = 0) -> list[Control]: ...
 
     def close(self) -> None: ...
+
+    def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]:
+        """The run's row, its events as stored with their hashes, and its head hash."""
+        ...
+
+    def run_ids(self) -> list[str]:
+        """Every run id in the journal, oldest first."""
+        ...
 
     def import_run(self, run: RunRow, events: Sequence[Event], record: HaltRecord | None) -> None:
         """Write a whole run exported from another journal in one transaction; refuse

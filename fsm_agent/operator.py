@@ -1,7 +1,7 @@
 """Operators' controls on live runs, read from the store before each model call.
 
 Only a person acts here, through the CLI (`raise-budget`, `freeze-routing`,
-`unfreeze-routing`): the act waits in the store, the run applies it before its next model
+`unfreeze-routing`, `pause`): the act waits in the store, the run applies it before its next model
 call, and journals it as an `operator` event (who, why, what changed), so replay shows it.
 """
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from fsm_agent.budgets import make_budgets
-from fsm_agent.errors import InvalidInputError
+from fsm_agent.errors import InvalidInputError, RunPaused
 from fsm_agent.journal import Control, Event, EventKind, Store
 from fsm_agent.models import model_lane
 
@@ -43,6 +43,7 @@ class OperatorControls:
         *,
         kind: EventKind = "transition",
         note: str | None = None,
+        control: int | None = None,
     ) -> Event:
         raise NotImplementedError
 
@@ -56,14 +57,19 @@ class OperatorControls:
             self.control_seen = control.id
             if control.kind == "raise_budget":
                 self._raise_budget(control, action)
+            elif control.kind == "pause":
+                self._pause(control, action)
             else:
                 self.frozen_by = control if control.kind == "freeze_routing" else None
                 verb = "frozen" if self.frozen_by else "unfrozen"
                 note = f"routing {verb} by {control.who}: {control.why}"
                 snap = self.ctx.snapshot(self.state, None, action)
                 self._commit(
-                    self._event(control.kind, self.state, snap, kind="operator", note=note)
-                )
+                    self._event(
+                        control.kind, self.state, snap, kind="operator", note=note,
+                        control=control.id,
+                    )
+                )  # fmt: skip
         lane = model_lane(self.ctx.model)
         local = lane is not None and lane.kind == "local_fn" and lane.tier != "free"
         if self.frozen_by is not None and not local:
@@ -73,10 +79,13 @@ class OperatorControls:
                 f" {lane or 'undeclared'} is not a local function: no call was made"
             )
 
-    def _catch_up_routing(self) -> None:
-        """Routing frozen before this run started applies to it too (not journaled as its act)."""
+    def _catch_up_routing(self, upto: int | None = None) -> None:
+        """Routing frozen before this run started applies to it too (not journaled as its act).
+        A resumed run catches up only `upto` the controls it had already taken into account."""
         for control in self.store.controls(self.run_id, after=0):
-            self.control_seen = control.id
+            if upto is not None and control.id > upto:
+                break
+            self.control_seen = max(self.control_seen, control.id)
             if control.kind in ("freeze_routing", "unfreeze_routing"):
                 self.frozen_by = control if control.kind == "freeze_routing" else None
 
@@ -97,4 +106,17 @@ class OperatorControls:
             )
             note = f"raise-budget by {control.who}: {changes}; why: {control.why}"
         snap = self.ctx.snapshot(self.state, None, action)
-        self._commit(self._event("raise_budget", self.state, snap, kind="operator", note=note))
+        self._commit(
+            self._event(
+                "raise_budget", self.state, snap, kind="operator", note=note, control=control.id
+            )
+        )
+
+    def _pause(self, control: Control, action: str) -> None:
+        """Journal the pause, then stop this process: the run waits for `resume`."""
+        snap = self.ctx.snapshot(self.state, None, action)
+        note = f"paused by {control.who}: {control.why}"
+        event = self._event("pause", self.state, snap, kind="operator", note=note,
+                            control=control.id)  # fmt: skip
+        self._commit(event)
+        raise RunPaused(self.run_id, step=self.ctx.steps_used, by=control.who, why=control.why)

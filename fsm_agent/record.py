@@ -74,6 +74,9 @@ class HaltRecord:
     #: Tool calls left out of `tool_calls` (only the last RECORD_TOOL_CALLS are kept here;
     #: the journal has every one).
     tool_calls_omitted: int = 0
+    #: the run's head hash in the journal when the record was written (see fsm_agent.chain):
+    #: kept outside the database, it anchors the journal's hash chain
+    journal_head: str | None = None
     format: str = RECORD_FORMAT
 
 

@@ -229,7 +229,7 @@ def _replay_event(r: _Replayer, event: Event) -> StepReport:
             guards=_guard_checks(event.check, first.guards),
             detail=None if verdict == "match" else "the start-of-run budget check differs",
         )
-    if event.kind == "operator":  # a person's act (a raised budget): a recorded fact
+    if event.kind in ("operator", "resumed"):  # a person's act, a take-over: recorded facts
         return StepReport(**_step_base(event, snap), verdict="external", detail=event.note)
     assert event.source is not None  # noqa: S101 - only the started event has no source
     imposed = event.halt in IMPOSED and not r.spec.candidates(event.source, event.trigger or "")

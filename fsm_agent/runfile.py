@@ -7,8 +7,10 @@ sequence numbers, the same bytes in every column — in one transaction, and nev
 that is already there (the journal is append-only).
 
 A run file is checked for integrity (format, machine hash, events numbered 0..n-1, one run
-id throughout, the record agreeing with the row), not for tampering: an edited event still
-loads. Tamper evidence is a later concern.
+id throughout, the record agreeing with the row) when read, and carries the journal's hash
+chain (each event's hash and its predecessor's, and the run's head): `verify_run_file`
+checks it exactly as `fsm-agent verify` checks a journal, and `import_run` refuses a file
+whose chain does not verify.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from typing import Any, Final
 import attrs
 
 from fsm_agent import serde
+from fsm_agent.chain import ChainLink, ChainReport, event_columns, verify_chain
 from fsm_agent.errors import InvalidInputError, JournalError, RunNotFound
 from fsm_agent.journal import Event, RunRow, Store
 from fsm_agent.record import HaltRecord, atomic_write_text
 
-RUN_FILE_FORMAT: Final = "fsm-agent/run/1"
+RUN_FILE_FORMAT: Final = "fsm-agent/run/2"
 #: How many times `export_run` re-reads a run that halted while it was being read.
 _EXPORT_ATTEMPTS: Final = 3
 
@@ -59,10 +62,19 @@ class RunExistsError(InvalidInputError):
         )
 
 
+@attrs.frozen
+class EventHash:
+    """One event's place in the hash chain (see `fsm_agent.chain`)."""
+
+    prev_hash: str | None
+    hash: str | None
+
+
 @attrs.frozen(kw_only=True)
 class RunFile:
     """One run, whole: its row, every journaled event, its halt record (None while it has
-    none) and the machine declaration it ran with, with the declaration's sha256."""
+    none) and the machine declaration it ran with, with the declaration's sha256; `chain`
+    holds each event's hashes (in event order) and `head_hash` the run's head."""
 
     format: str = RUN_FILE_FORMAT
     run: RunRow
@@ -70,6 +82,8 @@ class RunFile:
     record: HaltRecord | None
     machine_sha256: str
     machine_text: str
+    chain: tuple[EventHash, ...] = ()
+    head_hash: str | None = None
 
 
 # --- integrity --------------------------------------------------------------------------------
@@ -117,7 +131,7 @@ def _event_problems(rf: RunFile) -> Iterator[tuple[str, str]]:
 def _record_problems(rf: RunFile) -> Iterator[tuple[str, str]]:
     if rf.record != rf.run.record:
         yield "$.record", "record differs from run.record"
-    if (rf.record is None) != (rf.run.status == "running"):
+    if (rf.record is None) != (rf.run.status != "halted"):
         has = "no record" if rf.record is None else "a record"
         yield "$.record", f"the run is {rf.run.status!r} but the file has {has}"
     if rf.record is not None and rf.record.run_id != rf.run.run_id:
@@ -160,21 +174,28 @@ def _read_run(store: Store, run_id: str) -> tuple[RunRow, tuple[Event, ...]]:
     for _ in range(_EXPORT_ATTEMPTS):
         run = store.get_run(run_id)
         events = tuple(store.events(run_id))
-        if run.status == "halted" or store.get_run(run_id).status == "running":
+        if run.status == "halted" or store.get_run(run_id).status != "halted":
             break
     return run, events
 
 
 def export_run(store: Store, run_id: str) -> RunFile:
-    """One run of `store` as a `RunFile`; raises `RunNotFound`, or `JournalError` when the
-    journal's copy of the run is inconsistent (a file `read_run_file` would refuse)."""
+    """One run of `store` as a `RunFile`, with its hash chain exactly as stored (a tampered
+    journal exports a file that fails `verify_run_file` the same way); raises `RunNotFound`,
+    or `JournalError` when the journal's copy of the run is inconsistent."""
     run, events = _read_run(store, run_id)
+    _, links, head = store.chain(run_id)
+    links = links[: len(events)]
+    if run.status != "halted":  # a live run is exported as far as it had got
+        head = links[-1].hash if links else None
     run_file = RunFile(
         run=run,
         events=events,
         record=run.record,
         machine_sha256=run.machine_sha256,
         machine_text=run.machine_text,
+        chain=tuple(EventHash(x.prev_hash, x.hash) for x in links),
+        head_hash=head,
     )
     problem = first_problem(run_file)
     if problem is not None:
@@ -191,7 +212,27 @@ def import_run(store: Store, run_file: RunFile, *, source: str = "run file") -> 
     """
     check_run_file(run_file, source=source)
     _refuse_existing(store, run_file)
+    report = verify_run_file(run_file)
+    if not report.ok:
+        first = report.findings[0]
+        raise RunFileError(
+            f"the hash chain does not verify: seq {first.seq}: {first.detail}"
+            f" (see `fsm-agent verify {source}`); nothing was imported",
+            path=source,
+            key="$.chain",
+        )
     store.import_run(run_file.run, run_file.events, run_file.record)
+
+
+def verify_run_file(run_file: RunFile) -> ChainReport:
+    """Check the file's hash chain exactly as `fsm-agent verify` checks a journal: the
+    events' bytes are re-encoded as a journal stores them, then hashed."""
+    hashes = (*run_file.chain, *[EventHash(None, None)] * len(run_file.events))
+    links = [
+        ChainLink(e.seq, event_columns(e), h.prev_hash, h.hash)
+        for e, h in zip(run_file.events, hashes, strict=False)
+    ]
+    return verify_chain(run_file.run, links, run_file.head_hash)
 
 
 def _refuse_existing(store: Store, run_file: RunFile) -> None:
@@ -261,9 +302,11 @@ def _structure(data: dict[str, Any], source: str) -> RunFile:
         raise RunFileError(f"{message}{more}", path=source, key=key) from exc
 
 
-def read_run_file(path: str | os.PathLike[str]) -> RunFile:
+def read_run_file(path: str | os.PathLike[str], *, checked: bool = True) -> RunFile:
     """Read a run file strictly: unknown keys, wrong types, another format, a machine hash
-    that does not match, or events not numbered 0..n-1 raise `RunFileError`."""
+    that does not match, or events not numbered 0..n-1 raise `RunFileError`. With
+    `checked=False` only the format and types are checked (`fsm-agent verify` reads a
+    tampered file to say what was done to it)."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -273,5 +316,6 @@ def read_run_file(path: str | os.PathLike[str]) -> RunFile:
     data = _parse(text, source)
     _check_format(data, source)
     run_file = _structure(data, source)
-    check_run_file(run_file, source=source)
+    if checked:
+        check_run_file(run_file, source=source)
     return run_file

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import attrs
 
+from fsm_agent.chain import event_columns, link
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.journal import Event, Store
 from fsm_agent.record import HaltRecord
-from fsm_agent.runfile import RunFile, write_run_file
+from fsm_agent.runfile import EventHash, RunFile, write_run_file
 
 
 def ship_trace(store: Store, final: Event, record: HaltRecord, path: Path) -> str | None:
@@ -30,12 +31,19 @@ def ship_trace(store: Store, final: Event, record: HaltRecord, path: Path) -> st
             record=record,
         )
         events = (*store.events(final.run_id), final)
+        _, links, head = store.chain(final.run_id)
+        if head is None:
+            return f"the trace copy to {path} failed (the journal has no head hash)"
+        chain = [EventHash(x.prev_hash, x.hash) for x in links[: len(events) - 1]]
+        chain.append(EventHash(head, link(head, event_columns(final))))
         run_file = RunFile(
             run=run,
             events=events,
             record=record,
             machine_sha256=run.machine_sha256,
             machine_text=run.machine_text,
+            chain=tuple(chain),
+            head_hash=chain[-1].hash,
         )
         write_run_file(run_file, path)
     except (OSError, FsmAgentError) as exc:

@@ -25,6 +25,7 @@ def build_record(
     started_at: str,
     ended_at: str,
     journal: str,
+    journal_head: str | None = None,
 ) -> HaltRecord:
     """The record for a run that halted with `reason` (`note` overrides the explanation)."""
     state = terminal_state(reason)
@@ -51,6 +52,7 @@ def build_record(
         handoff=handoff_packet(ctx, reason, error) if state == HANDOFF else None,
         error=None if reason is HaltReason.COMPLETED else error,
         signal=signum,
+        journal_head=journal_head,
     )
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,13 @@ import attrs
 
 from fsm_agent.actions import Clock, RunContext, ask_judge, perform, success_possible
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
+from fsm_agent.chain import event_columns, link
 from fsm_agent.errors import (
     HaltPathRefused,
     Interrupted,
     InvalidInputError,
     JournalError,
+    RunPaused,
 )
 from fsm_agent.halt import HaltReason, terminal_state
 from fsm_agent.interrupts import InterruptGate
@@ -34,6 +37,7 @@ from fsm_agent.machine import compile_machine
 from fsm_agent.models import ModelAdapter
 from fsm_agent.operator import OperatorControls, RoutingFrozen
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, write_record
+from fsm_agent.resume import applied_controls, load_resumable, restore_context, unknown_side_effect
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, TransitionSpec, load_machine
 from fsm_agent.tools import ToolRegistry
@@ -145,6 +149,58 @@ async def arun(machine: MachineSpec | str, **kwargs: Any) -> HaltRecord:
     return await asyncio.to_thread(run, machine, **kwargs)
 
 
+def resume(
+    run_id: str,
+    *,
+    model: ModelAdapter,
+    tools: ToolRegistry | None = None,
+    store: Store | str | os.PathLike[str] = DEFAULT_DB,
+    record_path: str | os.PathLike[str] = DEFAULT_RECORD_PATH,
+    clock: Clock = time.monotonic,
+    on_transition: Callable[[Event], None] | None = None,
+    handle_signals: bool = True,
+    trace_copy: str | os.PathLike[str] | None = None,
+    repair: Callable[[Any], Any] | None = None,
+    judge: Callable[[Snapshot], Any] | None = None,
+) -> HaltRecord:
+    """Continue an interrupted or paused run from its last committed transition; return
+    its halt record (see `fsm_agent.resume` for what is rebuilt and what is refused).
+
+    The declaration, budgets (with any raise journaled), allow-list, halt lane and control
+    plane are the run's own, from the journal; `model` and `tools` are given again (they are
+    code, not journaled). The wall clock goes on from the last journaled reading: time
+    while nothing ran the run is not counted. Raises `InvalidInputError` for a run that has
+    halted, may still be running, or whose journal does not verify.
+    """
+    opened, owned = _open_store(store)
+    try:
+        row, spec, events, head = load_resumable(opened, run_id)
+        ctx = restore_context(
+            spec,
+            row,
+            events,
+            model=model,
+            tools=tools if tools is not None else ToolRegistry(),
+            clock=clock,
+            repair=repair,
+            judge=judge,
+        )
+        worker = _Worker(
+            ctx,
+            opened,
+            run_id,
+            Path(record_path),
+            on_transition,
+            handle_signals,
+            None if trace_copy is None else Path(trace_copy),
+        )
+        worker.take_over(row, events, head)
+        return worker.execute()
+    finally:
+        if owned:
+            opened.close()
+
+
 class _Worker(OperatorControls):
     def __init__(
         self,
@@ -168,8 +224,38 @@ class _Worker(OperatorControls):
         self.started_at = now_iso()
         self.record: HaltRecord | None = None
         self.journaled = False  # True once the run's first event is committed
+        self.head: str | None = None  # the run's head hash in the journal
         self.control_seen = 0  # the last operator control applied
         self.frozen_by: Control | None = None  # the freeze in force, if routing is frozen
+        self.resuming = False  # True when this worker takes over a run already journaled
+        self.last_halt: HaltReason | None = None  # a taken-over run's committed halt
+
+    def take_over(self, run: RunRow, events: Sequence[Event], head: str) -> None:
+        """Continue `run` from its last committed event instead of starting a new run."""
+        last = events[-1]
+        self.resuming, self.journaled = True, True
+        self.state, self.seq, self.head = last.dest, last.seq, head
+        self.started_at = run.started_at
+        self.control_seen = applied_controls(run, events, self.store.controls(run.run_id))
+        if last.halt is not None:  # the halt was committed; only its record is missing
+            self.last_halt = last.halt
+
+    def _resume(self) -> None:
+        """Take the run over: own it, journal the take-over, re-check the lanes, and end it
+        in handoff if it stopped in the middle of a side effect that cannot be re-done."""
+        self.store.mark_run(self.run_id, "running", os.getpid(), socket.gethostname())
+        if self.last_halt is not None:
+            self._finish(self.last_halt, None, None)
+            return
+        action = self.spec.state(self.state).action
+        snap = self.ctx.snapshot(self.state, None, action)
+        note = f"resumed by pid {os.getpid()} on {socket.gethostname()}"
+        self._commit(self._event(None, self.state, snap, kind="resumed", note=note))
+        self._catch_up_routing(upto=self.control_seen)
+        self._check_lanes()
+        why = unknown_side_effect(self.spec, self.ctx, self.state)
+        if why is not None:
+            self._force(HaltReason.SIDE_EFFECT_UNKNOWN, "resume", why)
 
     @property
     def budgets(self) -> Budgets:
@@ -178,13 +264,23 @@ class _Worker(OperatorControls):
     def execute(self) -> HaltRecord:
         with self.gate.installed(self.handle_signals):
             try:
-                self._start()
+                self._resume() if self.resuming else self._start()
                 while self.record is None:
                     self._step()
+            except RunPaused:
+                self.store.mark_run(self.run_id, "paused", None, None)
+                raise
             except Interrupted as exc:
                 self._force(HaltReason.INTERRUPTED, "signal", str(exc), signum=exc.signum)
             except JournalError as exc:
-                self._write_file_only(f"journal write failed: {exc}")
+                committed = (
+                    f"the journal holds this run up to seq {self.seq}"
+                    if self.journaled
+                    else "nothing of this run reached the journal"
+                )
+                unwritten = self._write_file_only(f"journal write failed: {exc}; {committed}")
+                if unwritten is not None:  # no record file says so: the error must
+                    exc.args = (f"{exc}; and {unwritten}",)
                 raise
             except HaltPathRefused as exc:
                 self._force(HaltReason.HALT_PATH_REFUSED, "refused", str(exc))
@@ -211,6 +307,7 @@ class _Worker(OperatorControls):
             status="running",
             started_at=self.started_at,
             pid=os.getpid(),
+            host=socket.gethostname(),
         )
         event = Event(
             run_id=self.run_id,
@@ -225,16 +322,19 @@ class _Worker(OperatorControls):
             check=check.guards,
         )
         with self.gate.critical():
-            self.store.start_run(row, event)
+            self.head = self.store.start_run(row, event)
             self.journaled = True
         self._notify(event)
         self._catch_up_routing()
+        self._check_lanes()
+        if check.transition is not None:
+            self._halt_on(check.transition, first, check.guards, None, self._meter(first))
+
+    def _check_lanes(self) -> None:
         for key in sorted(CONTROL_KEYS):
             why = halt_lane_refusal(self.ctx.control, key, self.ctx.halt_lane)
             if why is not None:
                 raise HaltPathRefused(why, decision_key=key, lane=self.ctx.halt_lane)
-        if check.transition is not None:
-            self._halt_on(check.transition, first, check.guards, None, self._meter(first))
 
     def _step(self) -> None:
         state = self.state
@@ -304,6 +404,7 @@ class _Worker(OperatorControls):
         retry: bool = False,
         note: str | None = None,
         kind: EventKind = "transition",
+        control: int | None = None,
     ) -> Event:
         return Event(
             run_id=self.run_id,
@@ -321,11 +422,12 @@ class _Worker(OperatorControls):
             halt=halt,
             retry=retry,
             note=note,
+            control=control,
         )
 
     def _commit(self, event: Event) -> None:
         with self.gate.critical():
-            self.store.append(event)
+            self.head = self.store.append(event)
             self.seq, self.state = event.seq, event.dest
         self._notify(event)
 
@@ -348,7 +450,8 @@ class _Worker(OperatorControls):
             )
             note, record = None, None
             if self.trace_copy is not None:
-                record = self._record_for(reason, None, None)
+                assert self.head is not None  # noqa: S101 - halts come after the first event
+                record = self._record_for(reason, None, None, link(self.head, event_columns(event)))
                 failure = ship_trace(self.store, event, record, self.trace_copy)
                 if failure is not None and reason is HaltReason.COMPLETED:
                     self._force(HaltReason.INTERNAL_ERROR, "trace_copy", failure)
@@ -407,15 +510,25 @@ class _Worker(OperatorControls):
 
     def _write_file_only(
         self, note: str, *, reason: HaltReason | None = None, signum: int | None = None
-    ) -> None:
-        """The journal failed: still leave a record on disk that says so."""
+    ) -> str | None:
+        """The journal failed: still leave a record on disk that says so (the journal's
+        failure stays the error; None, or why the record file could not be written)."""
         with self.gate.shielded():
             if reason is None:
-                reason = self.record.halt_reason if self.record else HaltReason.INTERNAL_ERROR
-            self.record = self._record_for(reason, note, signum)
-            write_record(self.record, self.record_path)
+                reason = self.record.halt_reason if self.record else HaltReason.JOURNAL_FAILED
+            record = self._record_for(reason, note, signum)
+            if record.error is None:  # a completed run's record says why the journal lacks it
+                record = attrs.evolve(record, error=note)
+            self.record = record
+            try:
+                write_record(record, self.record_path)
+            except OSError as exc:
+                return f"the halt record {self.record_path} could not be written either ({exc})"
+            return None
 
-    def _record_for(self, reason: HaltReason, note: str | None, signum: int | None) -> HaltRecord:
+    def _record_for(
+        self, reason: HaltReason, note: str | None, signum: int | None, head: str | None = None
+    ) -> HaltRecord:
         return build_record(
             self.ctx,
             reason,
@@ -425,4 +538,5 @@ class _Worker(OperatorControls):
             started_at=self.started_at,
             ended_at=now_iso(),
             journal=self.store.location,
+            journal_head=head or self.head,
         )

@@ -6,8 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from fsm_agent import HaltRecord, ScriptedModel, load_tools, run
+from fsm_agent.chain import event_columns, genesis, link
 from fsm_agent.replay import replay_events
+from fsm_agent.runfile import EventHash, RunFile
 from stores.sqlite import SqliteStore
 
 LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}  # a receipted hit
@@ -26,6 +30,19 @@ def lab_run(tmp_path: Path, model: list[Any] | Any, **options: Any) -> HaltRecor
         record_path=tmp_path / "r.json",
         **options,
     )
+
+
+def rechained(run_file: RunFile) -> RunFile:
+    """A run file made up by a test (ids and times changed), with its hash chain
+    recomputed so that it imports like a real run."""
+    prev, chain = genesis(run_file.run), []
+    for event in run_file.events:
+        h = link(prev, event_columns(event))
+        chain.append(EventHash(prev, h))
+        prev = h
+    record = None if run_file.record is None else attrs.evolve(run_file.record, journal_head=prev)
+    run = attrs.evolve(run_file.run, record=record)
+    return attrs.evolve(run_file, run=run, record=record, chain=tuple(chain), head_hash=prev)
 
 
 def replays(db: Path, run_id: str) -> bool:

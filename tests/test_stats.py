@@ -29,7 +29,7 @@ from fsm_agent.stats import (
 )
 from stores.sqlite import SqliteStore
 from tests import lab
-from tests.lab import LOOKUP
+from tests.lab import LOOKUP, rechained
 from tests.lab import MISS as AGAIN
 
 HANDOFF = {"handoff": {"why": "needs a human"}}
@@ -129,7 +129,7 @@ def retimed(original: RunFile, run_id: str, started_at: str, ms: int, cost: floa
         original.run, run_id=run_id, started_at=started_at, ended_at=ended_at, record=record
     )
     events = tuple(attrs.evolve(e, run_id=run_id) for e in original.events)
-    return attrs.evolve(original, run=row, events=events, record=record)
+    return rechained(attrs.evolve(original, run=row, events=events, record=record))
 
 
 @pytest.fixture
@@ -316,7 +316,7 @@ def test_a_corrupt_record_leaves_its_cost_out(timed: SqliteStore) -> None:
         ("budgets", '{"max_steps": "8"}', "budgets.max_steps '8' is not a positive integer"),
         ("budgets", '{"max_steps": 0}', "budgets.max_steps 0 is not a positive integer"),
         ("halt_reason", "gave_up", "halt_reason 'gave_up' is not a halt reason"),
-        ("status", "paused", "status 'paused' is not 'running' or 'halted'"),
+        ("status", "sleeping", "status 'sleeping' is not 'running', 'paused' or 'halted'"),
         ("steps_used", "eight", "steps_used 'eight' is not an integer"),
         ("record", '{"meters": {"cost": "1"}}', "record.meters.cost '1' is not a number"),
     ],

@@ -1054,7 +1054,7 @@ def test_a_failed_journal_write_stops_the_run_loudly_and_leaves_a_record(
     assert store.appends == 3
     assert model.calls == 1  # appends: to tool_pending, to awaiting_receipts, then back
     data = json.loads(record_path.read_text(encoding="utf-8"))
-    assert data["halt_reason"] == "internal_error"
+    assert data["halt_reason"] == "journal_failed"
     assert "journal" in data["error"]
     record = read_record(record_path)
     assert record.run_id == "broken-journal"

@@ -1,0 +1,212 @@
+"""Resume: a new process continues an interrupted or paused run from its last committed
+transition, with the same frozen budgets, declaration, allow-list and control plane.
+
+Everything the loop needs is rebuilt from the journal alone: the meters and the last
+proposal and tool outcome from the newest snapshot, the model's history and the record's
+tool calls from the journaled facts (through the same note builders the live loop uses).
+
+A tool call that was issued but has no journaled receipt is a side effect of unknown
+outcome. Resume re-issues it only when the tool is declared idempotent — with the same
+arguments, so with the same idempotency key — and otherwise ends the run in `handoff`
+(`side_effect_unknown`), never re-issuing it silently. A user action cut off the same way
+is unknown too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from fsm_agent.actions import (
+    Clock,
+    RunContext,
+    call_entry,
+    failure_note,
+    proposal_note,
+    receipts_note,
+)
+from fsm_agent.chain import verify_chain
+from fsm_agent.errors import InvalidInputError
+from fsm_agent.journal import Control, Event, RunRow, Store
+from fsm_agent.models import ModelAdapter
+from fsm_agent.proposals import ToolCall
+from fsm_agent.snapshot import Snapshot
+from fsm_agent.spec import MachineSpec, parse_machine
+from fsm_agent.tools import ToolRegistry
+
+Liveness = Literal["live", "gone", "elsewhere"]
+
+
+def liveness(run: RunRow) -> Liveness:
+    """Whether the process that owns a live run is still there: `elsewhere` when it ran on
+    another host (this one cannot tell)."""
+    if run.host is not None and run.host != socket.gethostname():
+        return "elsewhere"
+    if run.pid is None or run.pid <= 0:
+        return "gone"
+    try:
+        os.kill(run.pid, 0)
+    except ProcessLookupError:
+        return "gone"
+    except PermissionError:
+        return "live"  # a process we may not signal: someone's, so not gone
+    return "gone" if _zombie(run.pid) else "live"
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def shown_status(run: RunRow) -> str:
+    """A run's status as people read it: a `running` run whose process is gone is
+    `interrupted` (resume it); the journal itself still says running."""
+    if run.status == "running" and liveness(run) == "gone":
+        return "interrupted"
+    return run.status
+
+
+def check_resumable(run: RunRow) -> None:
+    """Refuse a run that has halted, or whose process may still be running it."""
+    if run.status == "halted":
+        reason = run.halt_reason.value if run.halt_reason else "?"
+        raise InvalidInputError(
+            f"run {run.run_id} has already halted ({reason}); nothing to resume"
+        )
+    if run.status == "paused":
+        return
+    where = liveness(run)
+    if where == "live":
+        raise InvalidInputError(
+            f"run {run.run_id} is still running (pid {run.pid} on this host); pause it first"
+            f" with `fsm-agent pause {run.run_id}`, or wait for it"
+        )
+    if where == "elsewhere":
+        raise InvalidInputError(
+            f"run {run.run_id} is owned by a process on host {run.host!r}; this host cannot tell"
+            " whether it is still running: resume it there"
+        )
+
+
+def load_resumable(store: Store, run_id: str) -> tuple[RunRow, MachineSpec, list[Event], str]:
+    """The run, its declaration (as frozen at start), its events and its head hash; refuses
+    a run that cannot be resumed or whose hash chain does not verify."""
+    run = store.get_run(run_id)
+    check_resumable(run)
+    chained_run, links, head = store.chain(run_id)
+    report = verify_chain(chained_run, links, head)
+    if not report.ok or head is None:
+        first = report.findings[0] if report.findings else None
+        why = f"seq {first.seq}: {first.detail}" if first else "no head hash"
+        raise InvalidInputError(
+            f"run {run_id}: its journal does not verify ({why}); it is not resumed"
+            f" (see `fsm-agent verify {run_id}`)"
+        )
+    spec = parse_machine(run.machine_text, source=f"{run.machine} (journaled with run {run_id})")
+    return run, spec, store.events(run_id), head
+
+
+def restore_context(
+    spec: MachineSpec,
+    run: RunRow,
+    events: Sequence[Event],
+    *,
+    model: ModelAdapter,
+    tools: ToolRegistry,
+    clock: Clock,
+    repair: Callable[[Any], Any] | None,
+    judge: Callable[[Snapshot], Any] | None,
+) -> RunContext:
+    """The run's context as it was after its last committed event."""
+    last = events[-1]
+    snap = last.snapshot
+    ctx = RunContext(
+        spec=spec,
+        task=run.task,
+        budgets=snap.budgets,
+        model=model,
+        tools=tools,
+        allowlist=snap.allowlist,
+        halt_lane=snap.halt_lane,
+        control=snap.control,
+        thrash_limit=snap.thrash_limit,
+        clock=clock,
+        start=clock() - snap.clock_ms / 1000,
+        privileged=snap.privileged,
+        repair_voter=repair,
+        judge=judge,
+        steps_used=snap.meters.steps_used,
+        retries_used=snap.meters.retries_used + int(last.retry),
+        cost=snap.meters.cost,
+        elapsed_ms=snap.clock_ms,
+        proposal=snap.proposal,
+        tool=snap.tool,
+        evidence=snap.evidence,
+        grounded=snap.grounded,
+        repeats=snap.repeats,
+        repair=snap.repair,
+    )
+    for event in events:
+        _replay_facts(ctx, event)
+    return ctx
+
+
+def _replay_facts(ctx: RunContext, event: Event) -> None:
+    """What one journaled action left in the history and the tool-call list."""
+    facts = event.facts
+    if facts is None:
+        return
+    snap = event.snapshot
+    note = None
+    if facts.action == "model" and snap.proposal is not None:
+        note = proposal_note(snap.proposal)
+        if isinstance(snap.proposal, ToolCall):
+            ctx.last_call = json.dumps(
+                [snap.proposal.name, snap.proposal.args], sort_keys=True, default=repr
+            )
+    elif facts.action == "receipts" and snap.tool is not None and snap.tool.status == "returned":
+        note = receipts_note(snap.tool)
+    elif facts.tool is not None and snap.meters.tool_calls > len(ctx.tool_calls):
+        # the call was made and counted (a refused name never reached a tool)
+        ctx.tool_calls.append(call_entry(snap.meters.steps_used, facts.tool))
+        note = failure_note(facts.tool) if facts.action == "tool" else None
+    if note is not None:
+        ctx.history.append(note)
+
+
+def applied_controls(run: RunRow, events: Sequence[Event], controls: Sequence[Control]) -> int:
+    """The id of the last operator control this run has already taken into account: those
+    journaled as applied, and the routing controls it caught up with when it started."""
+    seen = [e.control for e in events if e.control is not None]
+    seen += [c.id for c in controls if c.run_id is None and c.at <= run.started_at]
+    return max(seen, default=0)
+
+
+def unknown_side_effect(spec: MachineSpec, ctx: RunContext, state: str) -> str | None:
+    """Why the action the run was in when it stopped cannot be re-done blindly, or None."""
+    action = spec.state(state).action or ""
+    if action == "tool":
+        call = ctx.proposal
+        if not isinstance(call, ToolCall):
+            return None  # nothing was proposed, so nothing was issued
+        tool = ctx.tools.get(call.name)
+        if tool is not None and tool.idempotent:
+            return None
+        what = "not declared idempotent" if tool is not None else "not in the tools given"
+        return (
+            f"tool {call.name!r} was issued with args {json.dumps(call.args, default=repr)} and"
+            f" has no journaled receipt; it is {what}, so it is not re-issued: its side effect"
+            " is unknown — check it by hand"
+        )
+    if action not in ("model", "receipts"):
+        return (
+            f"the user action {action!r} was running and has no journaled result; its side"
+            " effect is unknown — check it by hand"
+        )
+    return None
