@@ -14,6 +14,7 @@ from fsm_agent.errors import (
     JournalError,
     MachineSpecError,
     RunNotFound,
+    RunPaused,
 )
 from fsm_agent.halt import HaltReason, terminal_state
 from fsm_agent.journal import Event, GuardResult, RunRow, Store
@@ -25,7 +26,7 @@ from fsm_agent.record import HaltRecord, read_record
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, load_machine
 from fsm_agent.tools import Tool, ToolError, ToolRegistry, ToolResult, load_tools
-from fsm_agent.worker import arun, run
+from fsm_agent.worker import arun, resume_run, run
 
 __all__ = [
     "LOCAL",
@@ -50,6 +51,7 @@ __all__ = [
     "Prompt",
     "Receipt",
     "RunNotFound",
+    "RunPaused",
     "RunRow",
     "ScriptedModel",
     "Snapshot",
@@ -66,6 +68,7 @@ __all__ = [
     "parse_reply",
     "read_record",
     "receipts_complete",
+    "resume_run",
     "run",
     "terminal_state",
 ]

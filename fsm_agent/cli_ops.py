@@ -131,7 +131,7 @@ def resume(
 
     Exit codes as for `run`; 75 if it is paused again.
     """
-    from fsm_agent.worker import resume as resume_run
+    from fsm_agent.worker import resume_run
 
     tools = load_tools(tools_module) if tools_module else ToolRegistry()
     with journal_store(db, must_exist=True) as store:

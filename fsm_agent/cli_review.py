@@ -277,7 +277,7 @@ def signed_control(
     """An operator's act, signed: who (the login name by default), why (required), when."""
     import getpass
 
-    from fsm_agent.worker import now_iso
+    from fsm_agent.halting import now_iso
 
     if not why.strip():
         raise InvalidInputError("--why must say why")

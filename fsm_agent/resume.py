@@ -18,7 +18,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fsm_agent.actions import (
     Clock,
@@ -30,6 +30,8 @@ from fsm_agent.actions import (
 )
 from fsm_agent.chain import verify_chain
 from fsm_agent.errors import InvalidInputError
+from fsm_agent.halt import HaltReason
+from fsm_agent.halting import Halting
 from fsm_agent.journal import Control, Event, RunRow, Store
 from fsm_agent.models import ModelAdapter
 from fsm_agent.proposals import ToolCall
@@ -210,3 +212,45 @@ def unknown_side_effect(spec: MachineSpec, ctx: RunContext, state: str) -> str |
             " effect is unknown — check it by hand"
         )
     return None
+
+
+class Resumption(Halting):
+    """The worker's side of resume: take a journaled run over (mixed into the worker)."""
+
+    seq: int
+    control_seen: int
+    resuming: bool
+    last_halt: HaltReason | None
+
+    if TYPE_CHECKING:  # the worker's own (a stub here would shadow OperatorControls')
+
+        def _catch_up_routing(self, upto: int | None = None) -> None: ...
+
+        def _check_lanes(self) -> None: ...
+
+    def take_over(self, run: RunRow, events: Sequence[Event], head: str) -> None:
+        """Continue `run` from its last committed event instead of starting a new run."""
+        last = events[-1]
+        self.resuming, self.journaled = True, True
+        self.state, self.seq, self.head = last.dest, last.seq, head
+        self.started_at = run.started_at
+        self.control_seen = applied_controls(run, events, self.store.controls(run.run_id))
+        if last.halt is not None:  # the halt was committed; only its record is missing
+            self.last_halt = last.halt
+
+    def _resume(self) -> None:
+        """Take the run over: own it, journal the take-over, re-check the lanes, and end it
+        in handoff if it stopped in the middle of a side effect that cannot be re-done."""
+        self.store.mark_run(self.run_id, "running", os.getpid(), socket.gethostname())
+        if self.last_halt is not None:
+            self._finish(self.last_halt, None, None)
+            return
+        action = self.spec.state(self.state).action
+        snap = self.ctx.snapshot(self.state, None, action)
+        note = f"resumed by pid {os.getpid()} on {socket.gethostname()}"
+        self._commit(self._event(None, self.state, snap, kind="resumed", note=note))
+        self._catch_up_routing(upto=self.control_seen)
+        self._check_lanes()
+        why = unknown_side_effect(self.spec, self.ctx, self.state)
+        if why is not None:
+            self._force(HaltReason.SIDE_EFFECT_UNKNOWN, "resume", why)

@@ -8,12 +8,11 @@ halt record is written atomically on every way out, signals included.
 
 from __future__ import annotations
 
-import datetime
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ import attrs
 
 from fsm_agent.actions import Clock, RunContext, ask_judge, perform, success_possible
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
-from fsm_agent.chain import event_columns, link
 from fsm_agent.errors import (
     HaltPathRefused,
     Interrupted,
@@ -29,26 +27,21 @@ from fsm_agent.errors import (
     JournalError,
     RunPaused,
 )
-from fsm_agent.halt import HaltReason, terminal_state
+from fsm_agent.halt import HaltReason
+from fsm_agent.halting import now_iso
 from fsm_agent.interrupts import InterruptGate
 from fsm_agent.journal import Control, Event, EventKind, Facts, GuardResult, RunRow, Store
 from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
 from fsm_agent.machine import compile_machine
 from fsm_agent.models import ModelAdapter
 from fsm_agent.operator import OperatorControls, RoutingFrozen
-from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, write_record
-from fsm_agent.resume import applied_controls, load_resumable, restore_context, unknown_side_effect
+from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord
+from fsm_agent.resume import Resumption, load_resumable, restore_context
 from fsm_agent.snapshot import Snapshot
-from fsm_agent.spec import MachineSpec, TransitionSpec, load_machine
+from fsm_agent.spec import MachineSpec, load_machine
 from fsm_agent.tools import ToolRegistry
-from fsm_agent.trace import ship_trace
-from fsm_agent.verdict import build_record, explain
 
 DEFAULT_DB = "fsm-agent.db"
-
-
-def now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
 
 
 def _open_store(store: Store | str | os.PathLike[str]) -> tuple[Store, bool]:
@@ -149,7 +142,7 @@ async def arun(machine: MachineSpec | str, **kwargs: Any) -> HaltRecord:
     return await asyncio.to_thread(run, machine, **kwargs)
 
 
-def resume(
+def resume_run(
     run_id: str,
     *,
     model: ModelAdapter,
@@ -201,7 +194,7 @@ def resume(
             opened.close()
 
 
-class _Worker(OperatorControls):
+class _Worker(Resumption, OperatorControls):
     def __init__(
         self,
         ctx: RunContext,
@@ -229,33 +222,6 @@ class _Worker(OperatorControls):
         self.frozen_by: Control | None = None  # the freeze in force, if routing is frozen
         self.resuming = False  # True when this worker takes over a run already journaled
         self.last_halt: HaltReason | None = None  # a taken-over run's committed halt
-
-    def take_over(self, run: RunRow, events: Sequence[Event], head: str) -> None:
-        """Continue `run` from its last committed event instead of starting a new run."""
-        last = events[-1]
-        self.resuming, self.journaled = True, True
-        self.state, self.seq, self.head = last.dest, last.seq, head
-        self.started_at = run.started_at
-        self.control_seen = applied_controls(run, events, self.store.controls(run.run_id))
-        if last.halt is not None:  # the halt was committed; only its record is missing
-            self.last_halt = last.halt
-
-    def _resume(self) -> None:
-        """Take the run over: own it, journal the take-over, re-check the lanes, and end it
-        in handoff if it stopped in the middle of a side effect that cannot be re-done."""
-        self.store.mark_run(self.run_id, "running", os.getpid(), socket.gethostname())
-        if self.last_halt is not None:
-            self._finish(self.last_halt, None, None)
-            return
-        action = self.spec.state(self.state).action
-        snap = self.ctx.snapshot(self.state, None, action)
-        note = f"resumed by pid {os.getpid()} on {socket.gethostname()}"
-        self._commit(self._event(None, self.state, snap, kind="resumed", note=note))
-        self._catch_up_routing(upto=self.control_seen)
-        self._check_lanes()
-        why = unknown_side_effect(self.spec, self.ctx, self.state)
-        if why is not None:
-            self._force(HaltReason.SIDE_EFFECT_UNKNOWN, "resume", why)
 
     @property
     def budgets(self) -> Budgets:
@@ -434,109 +400,3 @@ class _Worker(OperatorControls):
     def _notify(self, event: Event) -> None:
         if self.on_transition is not None:
             self.on_transition(event)
-
-    def _halt_on(
-        self,
-        transition: TransitionSpec,
-        snapshot: Snapshot,
-        guards: tuple[GuardResult, ...],
-        facts: Facts | None,
-        reason: HaltReason | None,
-    ) -> None:
-        assert reason is not None  # noqa: S101 - the loader requires halt on terminal edges
-        with self.gate.shielded():
-            event = self._event(
-                transition.trigger, transition.dest, snapshot, guards, (), facts, halt=reason
-            )
-            note, record = None, None
-            if self.trace_copy is not None:
-                assert self.head is not None  # noqa: S101 - halts come after the first event
-                record = self._record_for(reason, None, None, link(self.head, event_columns(event)))
-                failure = ship_trace(self.store, event, record, self.trace_copy)
-                if failure is not None and reason is HaltReason.COMPLETED:
-                    self._force(HaltReason.INTERNAL_ERROR, "trace_copy", failure)
-                    return
-                if failure is not None:  # the copy failed: the record says so
-                    note = f"{explain(self.ctx, reason) or reason.value}; {failure}"
-                    record = None
-            self._commit(event)
-            self._finish(reason, note, None, record)
-
-    def _force(
-        self,
-        reason: HaltReason,
-        trigger: str | None,
-        note: str,
-        *,
-        snapshot: Snapshot | None = None,
-        guards: tuple[GuardResult, ...] = (),
-        facts: Facts | None = None,
-        signum: int | None = None,
-    ) -> None:
-        """A halt the runtime imposes (signal, refusal, error): journaled like any other."""
-        with self.gate.shielded():
-            if not self.journaled:  # stopped before the run reached the journal
-                self.record = self._record_for(reason, note, signum)
-                write_record(self.record, self.record_path)
-                return
-            if self.spec.state(self.state).terminal:
-                self._finish(self.record.halt_reason if self.record else reason, note, signum)
-                return
-            snap = snapshot or self.ctx.snapshot(self.state, None, None)
-            try:
-                event = self._event(
-                    trigger, terminal_state(reason), snap, guards, (), facts, halt=reason, note=note
-                )
-                self._commit(event)
-            except Exception as exc:
-                self._write_file_only(
-                    f"{note}; then the journal write failed: {type(exc).__name__}: {exc}",
-                    reason=reason,
-                    signum=signum,
-                )
-                raise
-            self._finish(reason, note, signum)
-
-    def _finish(
-        self,
-        reason: HaltReason,
-        note: str | None,
-        signum: int | None,
-        record: HaltRecord | None = None,
-    ) -> None:
-        self.record = record or self._record_for(reason, note, signum)
-        write_record(self.record, self.record_path)
-        self.store.finish_run(self.record)
-
-    def _write_file_only(
-        self, note: str, *, reason: HaltReason | None = None, signum: int | None = None
-    ) -> str | None:
-        """The journal failed: still leave a record on disk that says so (the journal's
-        failure stays the error; None, or why the record file could not be written)."""
-        with self.gate.shielded():
-            if reason is None:
-                reason = self.record.halt_reason if self.record else HaltReason.JOURNAL_FAILED
-            record = self._record_for(reason, note, signum)
-            if record.error is None:  # a completed run's record says why the journal lacks it
-                record = attrs.evolve(record, error=note)
-            self.record = record
-            try:
-                write_record(record, self.record_path)
-            except OSError as exc:
-                return f"the halt record {self.record_path} could not be written either ({exc})"
-            return None
-
-    def _record_for(
-        self, reason: HaltReason, note: str | None, signum: int | None, head: str | None = None
-    ) -> HaltRecord:
-        return build_record(
-            self.ctx,
-            reason,
-            note,
-            signum,
-            run_id=self.run_id,
-            started_at=self.started_at,
-            ended_at=now_iso(),
-            journal=self.store.location,
-            journal_head=head or self.head,
-        )

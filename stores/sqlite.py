@@ -1,8 +1,9 @@
 """The embedded default store: one plain SQLite file, WAL mode, one commit per transition.
 
-Schema and reads go through sqlite-utils (migrations, `rows_where`); the hot path is a bound
-INSERT on the same connection, committed per transition. The `events` table is append-only:
-triggers refuse UPDATE and DELETE, so nothing journaled is rewritten.
+Reads go through sqlite-utils (`rows_where`); the hot path is a bound INSERT on the same
+connection, committed per transition, chained onto the run's head. The schema and its
+migrations are in `stores.sqlite_schema`; opening a file (read-only fallback, version
+check) in `stores.sqlite_open`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import sqlite_utils
-from sqlite_utils.migrations import Migrations
 
 from fsm_agent import serde
 from fsm_agent.budgets import Budgets
@@ -35,104 +35,19 @@ from fsm_agent.journal import (
 )
 from fsm_agent.record import HaltRecord
 from fsm_agent.snapshot import Snapshot
+from stores.sqlite_open import Synchronous, explain, open_journal
+from stores.sqlite_schema import (
+    APPEND_EVENT,
+    INSERT_EVENT,
+    INSERT_RUN,
+    SELECT_CHAIN,
+    SELECT_RUNS,
+    SELECT_SUMMARIES,
+)
 
-Synchronous = Literal["NORMAL", "FULL"]
 T = TypeVar("T")
 #: Waits of `busy_timeout_ms` for the write lock before a write gives up.
 _LOCK_ATTEMPTS = 3
-migrations = Migrations("fsm_agent")
-
-
-@migrations(name="m001_runs_and_events")
-def _m001(db: sqlite_utils.Database) -> None:
-    db.execute("""
-        CREATE TABLE runs (
-            run_id TEXT PRIMARY KEY, machine TEXT NOT NULL, machine_sha256 TEXT NOT NULL,
-            machine_text TEXT NOT NULL, task TEXT NOT NULL, budgets TEXT NOT NULL,
-            state TEXT NOT NULL, status TEXT NOT NULL, halt_reason TEXT,
-            steps_used INTEGER NOT NULL DEFAULT 0, started_at TEXT NOT NULL, ended_at TEXT,
-            record TEXT, pid INTEGER)""")
-    db.execute("CREATE INDEX runs_started_at ON runs (started_at)")
-    db.execute("""
-        CREATE TABLE events (
-            run_id TEXT NOT NULL REFERENCES runs (run_id), seq INTEGER NOT NULL,
-            kind TEXT NOT NULL, at_ms INTEGER NOT NULL, wall_time TEXT NOT NULL,
-            source TEXT, dest TEXT NOT NULL, trigger TEXT, halt TEXT,
-            retry INTEGER NOT NULL DEFAULT 0, guards TEXT NOT NULL, checks TEXT NOT NULL,
-            snapshot TEXT NOT NULL, facts TEXT, note TEXT,
-            PRIMARY KEY (run_id, seq))""")
-    for op in ("UPDATE", "DELETE"):
-        db.execute(f"""
-            CREATE TRIGGER events_no_{op.lower()} BEFORE {op} ON events
-            BEGIN SELECT RAISE(ABORT, 'the journal is append-only'); END""")
-
-
-@migrations(name="m002_controls")
-def _m002(db: sqlite_utils.Database) -> None:
-    db.execute("""
-        CREATE TABLE controls (
-            id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT REFERENCES runs (run_id),
-            kind TEXT NOT NULL, payload TEXT NOT NULL, who TEXT NOT NULL, why TEXT NOT NULL,
-            at TEXT NOT NULL)""")
-    db.execute("CREATE INDEX controls_run ON controls (run_id, id)")
-    db.execute("CREATE INDEX controls_global ON controls (id) WHERE run_id IS NULL")
-
-
-@migrations(name="m003_hash_chain")
-def _m003(db: sqlite_utils.Database) -> None:
-    """Tamper evidence (see fsm_agent.chain): each event's hash and its predecessor's; each
-    run's head, kept by a trigger in the same statement as the INSERT (no second write from
-    Python); and the host of the process that owns a live run (with `pid`, for resume)."""
-    db.execute("ALTER TABLE events ADD COLUMN prev_hash TEXT")
-    db.execute("ALTER TABLE events ADD COLUMN hash TEXT")
-    db.execute("ALTER TABLE runs ADD COLUMN head_hash TEXT")
-    db.execute("ALTER TABLE runs ADD COLUMN head_seq INTEGER")
-    db.execute("ALTER TABLE runs ADD COLUMN host TEXT")
-    db.execute("ALTER TABLE events ADD COLUMN control INTEGER")
-    db.execute("""
-        CREATE TRIGGER events_head AFTER INSERT ON events
-        BEGIN
-            UPDATE runs SET head_hash = NEW.hash, head_seq = NEW.seq WHERE run_id = NEW.run_id;
-        END""")
-
-
-_INSERT_EVENT = """
-    INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
-                        guards, checks, snapshot, facts, note, control, prev_hash, hash)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
-_SELECT_CHAIN = """
-    SELECT run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry, guards,
-           checks, snapshot, facts, note, control, prev_hash, hash
-    FROM events WHERE run_id = ? ORDER BY seq"""
-#: The live path's INSERT: only onto the run's current head (see `SqliteStore.append`).
-_APPEND_EVENT = """
-    INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
-                        guards, checks, snapshot, facts, note, control, prev_hash, hash)
-    SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
-    WHERE (SELECT head_hash FROM runs WHERE run_id = ?) = ?"""
-# A live run's state and steps come from its newest event (one INSERT per transition, no
-# second write to `runs`); a halted run's come from its `runs` row.
-_SELECT_RUNS = """
-    SELECT r.*, e.dest AS live_state,
-           CASE WHEN json_valid(e.snapshot)
-                THEN json_extract(e.snapshot, '$.meters.steps_used') END AS live_steps
-    FROM runs AS r
-    LEFT JOIN events AS e
-      ON e.run_id = r.run_id
-     AND e.seq = (SELECT MAX(seq) FROM events WHERE run_id = r.run_id)"""
-_INSERT_RUN = """
-    INSERT INTO runs (run_id, machine, machine_sha256, machine_text, task, budgets, state, status,
-                      halt_reason, steps_used, started_at, ended_at, record, pid, host)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
-# One narrow row per run for statistics: nothing decoded in Python; the record's cost is
-# read by SQLite (a corrupt record reads as no cost rather than failing every statistic).
-_SELECT_SUMMARIES = """
-    SELECT run_id, machine, status, halt_reason, steps_used,
-           json_extract(budgets, '$.max_steps') AS max_steps, started_at, ended_at,
-           CASE WHEN json_valid(record) THEN json_extract(record, '$.meters.cost') END AS cost
-    FROM runs
-    WHERE (:machine IS NULL OR machine = :machine) AND (:since IS NULL OR started_at >= :since)
-    ORDER BY machine, started_at, run_id"""
 
 
 def _json(value: Any) -> str:
@@ -157,45 +72,6 @@ def _summary_problem(status: Any, reason: Any, steps: Any, max_steps: Any, cost:
     return None
 
 
-def _may_not_write(exc: sqlite3.Error, path: str) -> bool:
-    """SQLite refused because this process may not write the journal at `path` or create
-    its -wal and -shm files (SQLite says "unable to open" when a -wal file exists and no
-    -shm file can be created beside it)."""
-    name = getattr(exc, "sqlite_errorname", None) or ""
-    if name.startswith("SQLITE_READONLY"):
-        return True
-    writable = os.access(path, os.W_OK) and os.access(Path(path).parent, os.W_OK)
-    return name.startswith("SQLITE_CANTOPEN") and Path(path).is_file() and not writable
-
-
-def _explain(exc: sqlite3.Error, otherwise: str = "") -> str:
-    """A SQLite failure in words a person can act on (`otherwise` is added to a failure of
-    no kind named here). SQLite's own message is kept, its first line only and capped: a
-    damaged page can put kilobytes of garbage into it."""
-    name = getattr(exc, "sqlite_errorname", None) or ""
-    lines = str(exc).splitlines()
-    said = (lines[0] if lines else type(exc).__name__)[:160]
-    if name.startswith("SQLITE_READONLY"):
-        return (
-            f"the journal is read-only for this process ({said}); writing needs write access"
-            " to the file and to its directory (for the -wal and -shm files)"
-        )
-    if name.startswith("SQLITE_FULL"):
-        return f"the disk is full or the journal reached its size limit ({said})"
-    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or any(
-        sign in said for sign in ("malformed", "Could not decode")
-    ):
-        return (
-            f"the file is damaged or is not an fsm-agent journal ({said}); restore the"
-            " journal from a backup"
-        )
-    if name.startswith("SQLITE_CANTOPEN"):
-        return f"cannot open the file ({said}); check that it and its directory exist"
-    if name.startswith("SQLITE_IOERR"):
-        return f"the disk failed to read or write ({said})"
-    return said + otherwise
-
-
 def _one_row(cursor: sqlite3.Cursor) -> None:
     """An UPDATE of a run that touched no row: the run is not in this journal."""
     if cursor.rowcount != 1:
@@ -213,110 +89,15 @@ class SqliteStore:
         busy_timeout_ms: int = 5000,
     ) -> None:
         self.path = str(path)
-        #: True when this process may read the journal but not write it (`_open_read_only`).
-        self.read_only = False
-        try:
-            conn = self._open(synchronous, int(busy_timeout_ms))
-        except sqlite3.Error as exc:
-            if not (_may_not_write(exc, self.path) and Path(self.path).is_file()):
-                raise self._cannot_open(exc) from exc
-            conn = self._open_read_only(int(busy_timeout_ms))
+        conn, read_only = open_journal(
+            self.path, synchronous=synchronous, busy_timeout_ms=int(busy_timeout_ms)
+        )
+        #: True when this process may read the journal but not write it.
+        self.read_only = read_only
         self.conn = conn
+        self.db = sqlite_utils.Database(conn)
         self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
         self.busy_timeout_ms = int(busy_timeout_ms)
-
-    def _open(self, synchronous: Synchronous, busy_timeout_ms: int) -> sqlite3.Connection:
-        """Open the journal for writing (creating it if need be), schema up to date."""
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'FULL' else 'NORMAL'}")
-            self._check_schema(conn, writable=True)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _open_read_only(self, busy_timeout_ms: int) -> sqlite3.Connection:
-        """Open a journal this process may read but not write (a file or directory owned by
-        someone else). Reads work; every write fails with an error that says read-only.
-
-        A WAL journal is read through its -wal and -shm files. When they exist, SQLite reads
-        through them read-only. When they do not and cannot be created (a directory this
-        process may not write), the last writer checkpointed every commit into the file and
-        removed them, so the file alone is the whole journal: SQLite reads it as immutable
-        (a snapshot: a writer that starts meanwhile is not seen).
-        """
-        uri = Path(self.path).resolve().as_uri()
-        conn = None
-        try:
-            conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None,
-                                   check_same_thread=False)  # fmt: skip
-            conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            try:
-                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-            except sqlite3.Error as exc:
-                if not _may_not_write(exc, self.path):
-                    raise
-                if Path(f"{self.path}-wal").exists():
-                    raise JournalError(
-                        "the journal is read-only for this process and its write-ahead log"
-                        f" {self.path}-wal cannot be read without write access to the"
-                        " directory (for the -shm file); read it as a user who may write the"
-                        " directory, or read a copy of both files",
-                        path=self.path,
-                    ) from exc
-                conn.close()
-                conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True,
-                                       isolation_level=None, check_same_thread=False)  # fmt: skip
-            self._check_schema(conn, writable=False)
-        except (sqlite3.Error, JournalError) as exc:
-            if conn is not None:
-                conn.close()
-            if isinstance(exc, JournalError):
-                raise
-            raise self._cannot_open(exc) from exc
-        self.read_only = True
-        return conn
-
-    def _check_schema(self, conn: sqlite3.Connection, *, writable: bool) -> None:
-        """Refuse a journal from a newer fsm-agent; bring an older one up to date."""
-        self.db = sqlite_utils.Database(conn)
-        known = {m.name for m in migrations._migrations}
-        unknown = [m.name for m in migrations.applied(self.db) if m.name not in known]
-        if unknown:
-            raise JournalError(
-                f"written by a newer fsm-agent (migration {unknown[0]!r});"
-                " upgrade fsm-agent to read it",
-                path=self.path,
-            )
-        pending = migrations.pending(self.db)
-        if pending and not writable:
-            raise JournalError(
-                f"written by an older fsm-agent: it needs migration {pending[0].name!r}, and"
-                " the journal is read-only for this process; open it once with write access",
-                path=self.path,
-            )
-        if pending:
-            self._migrate(conn)
-
-    def _cannot_open(self, exc: sqlite3.Error) -> JournalError:
-        why = _explain(exc, "; is it an fsm-agent database?")
-        return JournalError(f"cannot open as a journal: {why}", path=self.path)
-
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Apply pending migrations under the write lock: processes opening a new journal at
-        once apply each migration exactly once (the others wait, then find nothing to do)."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            migrations.apply(self.db)
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
 
     def _locked(self, statement: Callable[[], T], run_id: str | None) -> T:
         """Run a statement that takes the write lock. SQLite waits `busy_timeout_ms` for it;
@@ -363,7 +144,7 @@ class SqliteStore:
                 raise
         except sqlite3.Error as exc:
             raise JournalError(
-                f"write failed: {_explain(exc)}", path=self.path, run_id=run_id
+                f"write failed: {explain(exc)}", path=self.path, run_id=run_id
             ) from exc
         except (TypeError, ValueError) as exc:
             raise JournalError(
@@ -381,8 +162,8 @@ class SqliteStore:
         """Write the run's row and first event; return the run's head hash."""
         params = self._chained(first, genesis(run))
         with self._tx(run.run_id) as conn:
-            conn.execute(_INSERT_RUN, self._run_params(run, None))
-            conn.execute(_INSERT_EVENT, params)
+            conn.execute(INSERT_RUN, self._run_params(run, None))
+            conn.execute(INSERT_EVENT, params)
         self._heads[run.run_id] = params[-1]
         return str(params[-1])
 
@@ -394,7 +175,7 @@ class SqliteStore:
         params = self._chained(event, prev)
         with self._tx(event.run_id, atomic=False) as conn:
             cursor = self._locked(
-                lambda: conn.execute(_APPEND_EVENT, (*params, event.run_id, prev)), event.run_id
+                lambda: conn.execute(APPEND_EVENT, (*params, event.run_id, prev)), event.run_id
             )
         if cursor.rowcount != 1:
             self._heads.pop(event.run_id, None)
@@ -465,11 +246,11 @@ class SqliteStore:
                     path=self.path,
                     run_id=run.run_id,
                 )
-            conn.execute(_INSERT_RUN, self._run_params(run, record))
+            conn.execute(INSERT_RUN, self._run_params(run, record))
             prev = genesis(run)
             for e in events:
                 params = self._chained(e, prev)
-                conn.execute(_INSERT_EVENT, params)
+                conn.execute(INSERT_EVENT, params)
                 prev = params[-1]
 
     def _run_params(self, run: RunRow, record: HaltRecord | None) -> tuple[Any, ...]:
@@ -525,28 +306,28 @@ class SqliteStore:
             ) from exc
 
     def get_run(self, run_id: str) -> RunRow:
-        sql = f"{_SELECT_RUNS} WHERE r.run_id = ?"
+        sql = f"{SELECT_RUNS} WHERE r.run_id = ?"
         rows = self._read(lambda: list(self.db.query(sql, [run_id])))
         if not rows:
             raise RunNotFound(run_id, path=self.path)
         return self._row(rows[0])
 
     def list_runs(self, limit: int = 20) -> list[RunRow]:
-        sql = f"{_SELECT_RUNS} ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?"
+        sql = f"{SELECT_RUNS} ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?"
         rows = self._read(lambda: list(self.db.query(sql, [limit])))
         return [self._row(r) for r in rows]
 
     def run_summaries(
         self, machine: str | None = None, since: str | None = None
     ) -> list[RunSummary]:
-        """One narrow row per run (see `_SELECT_SUMMARIES`), by machine then start time.
+        """One narrow row per run (see `SELECT_SUMMARIES`), by machine then start time.
 
         Plain tuples and type checks, no converter: this reads every run in the journal."""
         params = {"machine": machine, "since": since}
         try:
-            rows = self.conn.execute(_SELECT_SUMMARIES, params).fetchall()
+            rows = self.conn.execute(SELECT_SUMMARIES, params).fetchall()
         except sqlite3.Error as exc:
-            raise JournalError(f"read failed: {_explain(exc)}", path=self.path) from exc
+            raise JournalError(f"read failed: {explain(exc)}", path=self.path) from exc
         return [self._summary(r) for r in rows]
 
     def _summary(self, row: tuple[Any, ...]) -> RunSummary:
@@ -616,7 +397,7 @@ class SqliteStore:
         head = self._read(
             lambda: list(self.db.query("SELECT head_hash FROM runs WHERE run_id = ?", [run_id]))
         )
-        rows = self._tuples(_SELECT_CHAIN, (run_id,))
+        rows = self._tuples(SELECT_CHAIN, (run_id,))
         links = [ChainLink(r[1], tuple(r[:16]), r[16], r[17]) for r in rows]
         return run, links, head[0]["head_hash"]
 
@@ -629,13 +410,13 @@ class SqliteStore:
         try:
             return self.conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise JournalError(f"read failed: {_explain(exc)}", path=self.path) from exc
+            raise JournalError(f"read failed: {explain(exc)}", path=self.path) from exc
 
     def _read(self, query: Any) -> list[dict[str, Any]]:
         try:
             return query()  # type: ignore[no-any-return]
         except sqlite3.Error as exc:
-            raise JournalError(f"read failed: {_explain(exc)}", path=self.path) from exc
+            raise JournalError(f"read failed: {explain(exc)}", path=self.path) from exc
 
     def add_control(self, control: Control) -> int:
         """Queue an operator's instruction for a live run; returns its id."""

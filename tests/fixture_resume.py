@@ -7,8 +7,8 @@ process in the middle of a side effect whose receipt was never journaled.
 
 `new_tools()` declares `charge` idempotent only when FSM_AGENT_TEST_IDEMPOTENT is set (its
 arguments carry the idempotency key, so a re-issue repeats the same key). `oracle` is a
-model that charges once, then answers with the receipt id; `slow_oracle` does the same
-with a pause before each reply (time for an operator to act).
+model that charges once, then answers with the receipt id; `gated_oracle` does the same
+once a test has opened its gate (time for an operator to act).
 """
 
 from __future__ import annotations
@@ -57,6 +57,14 @@ def oracle(prompt: Prompt) -> Any:
     return CHARGE
 
 
-def slow_oracle(prompt: Prompt) -> Any:
-    time.sleep(0.3)
+GATE_ENV = "FSM_AGENT_TEST_GATE"
+
+
+def gated_oracle(prompt: Prompt) -> Any:
+    """`oracle`, but each reply waits until the file named by FSM_AGENT_TEST_GATE exists
+    (a test opens the gate after it has acted, e.g. queued a pause)."""
+    gate = Path(os.environ[GATE_ENV])
+    deadline = time.monotonic() + 60
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
     return oracle(prompt)

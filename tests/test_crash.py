@@ -28,7 +28,7 @@ from fsm_agent.chain import verify_run
 from fsm_agent.cli import cli
 from fsm_agent.resume import shown_status
 from fsm_agent.testing import assert_replays
-from fsm_agent.worker import resume
+from fsm_agent.worker import resume_run
 from stores.sqlite import SqliteStore
 from tests.crash_child import ANSWER, LOOKUP
 
@@ -161,7 +161,7 @@ def resume_all(server: ForkServer) -> dict[str, int]:
     try:
         stuck = [r for r in store.list_runs(100_000) if r.status != "halted"]
         for i, run in enumerate(stuck):
-            record = resume(
+            record = resume_run(
                 run.run_id,
                 model=lab_oracle,
                 tools=lab_tools(idempotent=i % 2 == 0),

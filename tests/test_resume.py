@@ -20,7 +20,7 @@ from fsm_agent.chain import verify_run
 from fsm_agent.cli import cli
 from fsm_agent.testing import assert_replays
 from stores.sqlite import SqliteStore
-from tests.fixture_resume import HANG_ENV, IDEMPOTENT_ENV, LEDGER_ENV
+from tests.fixture_resume import GATE_ENV, HANG_ENV, IDEMPOTENT_ENV, LEDGER_ENV
 from tests.lab import LOOKUP, lab_run
 
 ROOT = Path(__file__).parent.parent
@@ -65,9 +65,9 @@ def wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
 
 
 def test_pause_then_resume_in_another_process(tmp_path: Path) -> None:
-    ledger = tmp_path / "ledger"
-    env = {LEDGER_ENV: str(ledger)}
-    child = fsm_agent(*charge_run(tmp_path, "--model", "python:tests.fixture_resume:slow_oracle",
+    ledger, gate = tmp_path / "ledger", tmp_path / "gate"
+    env = {LEDGER_ENV: str(ledger), GATE_ENV: str(gate)}
+    child = fsm_agent(*charge_run(tmp_path, "--model", "python:tests.fixture_resume:gated_oracle",
                                   "--max-steps", "6"), env=env)  # fmt: skip
     assert child.stdout is not None
     first = child.stdout.readline()  # "run ID started (agent_loop, journal …)"
@@ -77,6 +77,7 @@ def test_pause_then_resume_in_another_process(tmp_path: Path) -> None:
               str(tmp_path / "j.db")],
     )  # fmt: skip
     assert paused.exit_code == 0, paused.output
+    gate.touch()  # the first model call returns now; the pause is read before the next
     out, err = child.communicate(timeout=WAIT_S)
     assert child.returncode == 75, (out, err)
     assert f"run {run_id} paused at step" in out

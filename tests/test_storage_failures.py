@@ -37,7 +37,8 @@ from fsm_agent.chain import verify_run
 from fsm_agent.cli import cli
 from fsm_agent.errors import JournalError
 from fsm_agent.journal import Event
-from stores.sqlite import SqliteStore, migrations
+from stores.sqlite import SqliteStore
+from stores.sqlite_schema import migrations
 from tests.lab import LOOKUP, MISS
 
 ROOT = Path(__file__).parent.parent

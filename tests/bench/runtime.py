@@ -32,7 +32,8 @@ from fsm_agent import (
 )
 from fsm_agent.deadline import Isolation
 from fsm_agent.replay import replay_events
-from stores.sqlite import SqliteStore, Synchronous
+from stores.sqlite import SqliteStore
+from stores.sqlite_open import Synchronous
 from tests.bench.workload import TOOL, Scratch, Workload
 
 TASK = "look up every row, then report the receipted one"

@@ -1,0 +1,169 @@
+"""How a run ends: the halting transition journaled, the halt record written atomically on
+every way out (a declared halt, a halt the runtime imposes, a journal that fails), mixed
+into the worker.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import attrs
+
+from fsm_agent.actions import RunContext
+from fsm_agent.chain import event_columns, link
+from fsm_agent.halt import HaltReason, terminal_state
+from fsm_agent.interrupts import InterruptGate
+from fsm_agent.journal import Event, EventKind, Facts, GuardResult, Store
+from fsm_agent.record import HaltRecord, write_record
+from fsm_agent.snapshot import Snapshot
+from fsm_agent.spec import MachineSpec, TransitionSpec
+from fsm_agent.trace import ship_trace
+from fsm_agent.verdict import build_record, explain
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+class Halting:
+    """The worker's way out (mixed into the worker)."""
+
+    ctx: RunContext
+    spec: MachineSpec
+    store: Store
+    run_id: str
+    state: str
+    started_at: str
+    gate: InterruptGate
+    record: HaltRecord | None
+    record_path: Path
+    trace_copy: Path | None
+    journaled: bool
+    head: str | None
+
+    def _event(
+        self,
+        trigger: str | None,
+        dest: str,
+        snapshot: Snapshot,
+        guards: tuple[GuardResult, ...] = (),
+        check: tuple[GuardResult, ...] = (),
+        facts: Facts | None = None,
+        *,
+        halt: HaltReason | None = None,
+        retry: bool = False,
+        note: str | None = None,
+        kind: EventKind = "transition",
+        control: int | None = None,
+    ) -> Event:
+        raise NotImplementedError
+
+    def _commit(self, event: Event) -> None:
+        raise NotImplementedError
+
+    def _halt_on(
+        self,
+        transition: TransitionSpec,
+        snapshot: Snapshot,
+        guards: tuple[GuardResult, ...],
+        facts: Facts | None,
+        reason: HaltReason | None,
+    ) -> None:
+        assert reason is not None  # noqa: S101 - the loader requires halt on terminal edges
+        with self.gate.shielded():
+            event = self._event(
+                transition.trigger, transition.dest, snapshot, guards, (), facts, halt=reason
+            )
+            note, record = None, None
+            if self.trace_copy is not None:
+                assert self.head is not None  # noqa: S101 - halts come after the first event
+                record = self._record_for(reason, None, None, link(self.head, event_columns(event)))
+                failure = ship_trace(self.store, event, record, self.trace_copy)
+                if failure is not None and reason is HaltReason.COMPLETED:
+                    self._force(HaltReason.INTERNAL_ERROR, "trace_copy", failure)
+                    return
+                if failure is not None:  # the copy failed: the record says so
+                    note = f"{explain(self.ctx, reason) or reason.value}; {failure}"
+                    record = None
+            self._commit(event)
+            self._finish(reason, note, None, record)
+
+    def _force(
+        self,
+        reason: HaltReason,
+        trigger: str | None,
+        note: str,
+        *,
+        snapshot: Snapshot | None = None,
+        guards: tuple[GuardResult, ...] = (),
+        facts: Facts | None = None,
+        signum: int | None = None,
+    ) -> None:
+        """A halt the runtime imposes (signal, refusal, error): journaled like any other."""
+        with self.gate.shielded():
+            if not self.journaled:  # stopped before the run reached the journal
+                self.record = self._record_for(reason, note, signum)
+                write_record(self.record, self.record_path)
+                return
+            if self.spec.state(self.state).terminal:
+                self._finish(self.record.halt_reason if self.record else reason, note, signum)
+                return
+            snap = snapshot or self.ctx.snapshot(self.state, None, None)
+            try:
+                event = self._event(
+                    trigger, terminal_state(reason), snap, guards, (), facts, halt=reason, note=note
+                )
+                self._commit(event)
+            except Exception as exc:
+                self._write_file_only(
+                    f"{note}; then the journal write failed: {type(exc).__name__}: {exc}",
+                    reason=reason,
+                    signum=signum,
+                )
+                raise
+            self._finish(reason, note, signum)
+
+    def _finish(
+        self,
+        reason: HaltReason,
+        note: str | None,
+        signum: int | None,
+        record: HaltRecord | None = None,
+    ) -> None:
+        self.record = record or self._record_for(reason, note, signum)
+        write_record(self.record, self.record_path)
+        self.store.finish_run(self.record)
+
+    def _write_file_only(
+        self, note: str, *, reason: HaltReason | None = None, signum: int | None = None
+    ) -> str | None:
+        """The journal failed: still leave a record on disk that says so (the journal's
+        failure stays the error; None, or why the record file could not be written)."""
+        with self.gate.shielded():
+            if reason is None:
+                reason = self.record.halt_reason if self.record else HaltReason.JOURNAL_FAILED
+            record = self._record_for(reason, note, signum)
+            if record.error is None:  # a completed run's record says why the journal lacks it
+                record = attrs.evolve(record, error=note)
+            self.record = record
+            try:
+                write_record(record, self.record_path)
+            except OSError as exc:
+                return f"the halt record {self.record_path} could not be written either ({exc})"
+            return None
+
+    def _record_for(
+        self, reason: HaltReason, note: str | None, signum: int | None, head: str | None = None
+    ) -> HaltRecord:
+        return build_record(
+            self.ctx,
+            reason,
+            note,
+            signum,
+            run_id=self.run_id,
+            started_at=self.started_at,
+            ended_at=now_iso(),
+            journal=self.store.location,
+            journal_head=head or self.head,
+        )

@@ -1,0 +1,167 @@
+"""Opening a journal file: WAL for a process that may write it, a read-only fallback for
+one that may not, and the schema check (a journal from a newer fsm-agent is refused, an
+older one migrated under the write lock).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Literal
+
+import sqlite_utils
+
+from fsm_agent.errors import JournalError
+from stores.sqlite_schema import migrations
+
+Synchronous = Literal["NORMAL", "FULL"]
+
+
+def open_journal(
+    path: str, *, synchronous: Synchronous, busy_timeout_ms: int
+) -> tuple[sqlite3.Connection, bool]:
+    """A connection to the journal at `path`, and whether it is read-only for this process.
+    Raises `JournalError` naming the file when it cannot be used as a journal."""
+    try:
+        return _open(path, synchronous, busy_timeout_ms), False
+    except sqlite3.Error as exc:
+        if not (may_not_write(exc, path) and Path(path).is_file()):
+            raise _cannot_open(path, exc) from exc
+    return _open_read_only(path, busy_timeout_ms), True
+
+
+def may_not_write(exc: sqlite3.Error, path: str) -> bool:
+    """SQLite refused because this process may not write the journal at `path` or create
+    its -wal and -shm files (SQLite says "unable to open" when a -wal file exists and no
+    -shm file can be created beside it)."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    if name.startswith("SQLITE_READONLY"):
+        return True
+    writable = os.access(path, os.W_OK) and os.access(Path(path).parent, os.W_OK)
+    return name.startswith("SQLITE_CANTOPEN") and Path(path).is_file() and not writable
+
+
+def explain(exc: sqlite3.Error, otherwise: str = "") -> str:
+    """A SQLite failure in words a person can act on (`otherwise` is added to a failure of
+    no kind named here). SQLite's own message is kept, its first line only and capped: a
+    damaged page can put kilobytes of garbage into it."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    lines = str(exc).splitlines()
+    said = (lines[0] if lines else type(exc).__name__)[:160]
+    if name.startswith("SQLITE_READONLY"):
+        return (
+            f"the journal is read-only for this process ({said}); writing needs write access"
+            " to the file and to its directory (for the -wal and -shm files)"
+        )
+    if name.startswith("SQLITE_FULL"):
+        return f"the disk is full or the journal reached its size limit ({said})"
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or any(
+        sign in said for sign in ("malformed", "Could not decode")
+    ):
+        return (
+            f"the file is damaged or is not an fsm-agent journal ({said}); restore the"
+            " journal from a backup"
+        )
+    if name.startswith("SQLITE_CANTOPEN"):
+        return f"cannot open the file ({said}); check that it and its directory exist"
+    if name.startswith("SQLITE_IOERR"):
+        return f"the disk failed to read or write ({said})"
+    return said + otherwise
+
+
+def _open(path: str, synchronous: Synchronous, busy_timeout_ms: int) -> sqlite3.Connection:
+    """Open the journal for writing (creating it if need be), schema up to date."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'FULL' else 'NORMAL'}")
+        _check_schema(path, conn, writable=True)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _open_read_only(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    """Open a journal this process may read but not write (a file or directory owned by
+    someone else). Reads work; every write fails with an error that says read-only.
+
+    A WAL journal is read through its -wal and -shm files. When they exist, SQLite reads
+    through them read-only. When they do not and cannot be created (a directory this
+    process may not write), the last writer checkpointed every commit into the file and
+    removed them, so the file alone is the whole journal: SQLite reads it as immutable
+    (a snapshot: a writer that starts meanwhile is not seen).
+    """
+    uri = Path(path).resolve().as_uri()
+    conn = None
+    try:
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None,
+                               check_same_thread=False)  # fmt: skip
+        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        try:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as exc:
+            if not may_not_write(exc, path):
+                raise
+            if Path(f"{path}-wal").exists():
+                raise JournalError(
+                    "the journal is read-only for this process and its write-ahead log"
+                    f" {path}-wal cannot be read without write access to the"
+                    " directory (for the -shm file); read it as a user who may write the"
+                    " directory, or read a copy of both files",
+                    path=path,
+                ) from exc
+            conn.close()
+            conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True,
+                                   isolation_level=None, check_same_thread=False)  # fmt: skip
+        _check_schema(path, conn, writable=False)
+    except (sqlite3.Error, JournalError) as exc:
+        if conn is not None:
+            conn.close()
+        if isinstance(exc, JournalError):
+            raise
+        raise _cannot_open(path, exc) from exc
+    return conn
+
+
+def _check_schema(path: str, conn: sqlite3.Connection, *, writable: bool) -> None:
+    """Refuse a journal from a newer fsm-agent; bring an older one up to date."""
+    db = sqlite_utils.Database(conn)
+    known = {m.name for m in migrations._migrations}
+    unknown = [m.name for m in migrations.applied(db) if m.name not in known]
+    if unknown:
+        raise JournalError(
+            f"written by a newer fsm-agent (migration {unknown[0]!r});"
+            " upgrade fsm-agent to read it",
+            path=path,
+        )
+    pending = migrations.pending(db)
+    if pending and not writable:
+        raise JournalError(
+            f"written by an older fsm-agent: it needs migration {pending[0].name!r}, and"
+            " the journal is read-only for this process; open it once with write access",
+            path=path,
+        )
+    if pending:
+        _migrate(db, conn)
+
+
+def _cannot_open(path: str, exc: sqlite3.Error) -> JournalError:
+    why = explain(exc, "; is it an fsm-agent database?")
+    return JournalError(f"cannot open as a journal: {why}", path=path)
+
+
+def _migrate(db: sqlite_utils.Database, conn: sqlite3.Connection) -> None:
+    """Apply pending migrations under the write lock: processes opening a new journal at
+    once apply each migration exactly once (the others wait, then find nothing to do)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        migrations.apply(db)
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

@@ -1,0 +1,103 @@
+"""The SQLite journal's schema: its migrations (each applied once, in order, under the write
+lock) and the statements the store runs. The `events` table is append-only: triggers refuse
+UPDATE and DELETE, so nothing journaled is rewritten.
+"""
+
+from __future__ import annotations
+
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+migrations = Migrations("fsm_agent")
+
+
+@migrations(name="m001_runs_and_events")
+def _m001(db: sqlite_utils.Database) -> None:
+    db.execute("""
+        CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY, machine TEXT NOT NULL, machine_sha256 TEXT NOT NULL,
+            machine_text TEXT NOT NULL, task TEXT NOT NULL, budgets TEXT NOT NULL,
+            state TEXT NOT NULL, status TEXT NOT NULL, halt_reason TEXT,
+            steps_used INTEGER NOT NULL DEFAULT 0, started_at TEXT NOT NULL, ended_at TEXT,
+            record TEXT, pid INTEGER)""")
+    db.execute("CREATE INDEX runs_started_at ON runs (started_at)")
+    db.execute("""
+        CREATE TABLE events (
+            run_id TEXT NOT NULL REFERENCES runs (run_id), seq INTEGER NOT NULL,
+            kind TEXT NOT NULL, at_ms INTEGER NOT NULL, wall_time TEXT NOT NULL,
+            source TEXT, dest TEXT NOT NULL, trigger TEXT, halt TEXT,
+            retry INTEGER NOT NULL DEFAULT 0, guards TEXT NOT NULL, checks TEXT NOT NULL,
+            snapshot TEXT NOT NULL, facts TEXT, note TEXT,
+            PRIMARY KEY (run_id, seq))""")
+    for op in ("UPDATE", "DELETE"):
+        db.execute(f"""
+            CREATE TRIGGER events_no_{op.lower()} BEFORE {op} ON events
+            BEGIN SELECT RAISE(ABORT, 'the journal is append-only'); END""")
+
+
+@migrations(name="m002_controls")
+def _m002(db: sqlite_utils.Database) -> None:
+    db.execute("""
+        CREATE TABLE controls (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT REFERENCES runs (run_id),
+            kind TEXT NOT NULL, payload TEXT NOT NULL, who TEXT NOT NULL, why TEXT NOT NULL,
+            at TEXT NOT NULL)""")
+    db.execute("CREATE INDEX controls_run ON controls (run_id, id)")
+    db.execute("CREATE INDEX controls_global ON controls (id) WHERE run_id IS NULL")
+
+
+@migrations(name="m003_hash_chain")
+def _m003(db: sqlite_utils.Database) -> None:
+    """Tamper evidence (see fsm_agent.chain): each event's hash and its predecessor's; each
+    run's head, kept by a trigger in the same statement as the INSERT (no second write from
+    Python); and the host of the process that owns a live run (with `pid`, for resume)."""
+    db.execute("ALTER TABLE events ADD COLUMN prev_hash TEXT")
+    db.execute("ALTER TABLE events ADD COLUMN hash TEXT")
+    db.execute("ALTER TABLE runs ADD COLUMN head_hash TEXT")
+    db.execute("ALTER TABLE runs ADD COLUMN head_seq INTEGER")
+    db.execute("ALTER TABLE runs ADD COLUMN host TEXT")
+    db.execute("ALTER TABLE events ADD COLUMN control INTEGER")
+    db.execute("""
+        CREATE TRIGGER events_head AFTER INSERT ON events
+        BEGIN
+            UPDATE runs SET head_hash = NEW.hash, head_seq = NEW.seq WHERE run_id = NEW.run_id;
+        END""")
+
+
+INSERT_EVENT = """
+    INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
+                        guards, checks, snapshot, facts, note, control, prev_hash, hash)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+SELECT_CHAIN = """
+    SELECT run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry, guards,
+           checks, snapshot, facts, note, control, prev_hash, hash
+    FROM events WHERE run_id = ? ORDER BY seq"""
+#: The live path's INSERT: only onto the run's current head (see `SqliteStore.append`).
+APPEND_EVENT = """
+    INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
+                        guards, checks, snapshot, facts, note, control, prev_hash, hash)
+    SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+    WHERE (SELECT head_hash FROM runs WHERE run_id = ?) = ?"""
+# A live run's state and steps come from its newest event (one INSERT per transition, no
+# second write to `runs`); a halted run's come from its `runs` row.
+SELECT_RUNS = """
+    SELECT r.*, e.dest AS live_state,
+           CASE WHEN json_valid(e.snapshot)
+                THEN json_extract(e.snapshot, '$.meters.steps_used') END AS live_steps
+    FROM runs AS r
+    LEFT JOIN events AS e
+      ON e.run_id = r.run_id
+     AND e.seq = (SELECT MAX(seq) FROM events WHERE run_id = r.run_id)"""
+INSERT_RUN = """
+    INSERT INTO runs (run_id, machine, machine_sha256, machine_text, task, budgets, state, status,
+                      halt_reason, steps_used, started_at, ended_at, record, pid, host)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+# One narrow row per run for statistics: nothing decoded in Python; the record's cost is
+# read by SQLite (a corrupt record reads as no cost rather than failing every statistic).
+SELECT_SUMMARIES = """
+    SELECT run_id, machine, status, halt_reason, steps_used,
+           json_extract(budgets, '$.max_steps') AS max_steps, started_at, ended_at,
+           CASE WHEN json_valid(record) THEN json_extract(record, '$.meters.cost') END AS cost
+    FROM runs
+    WHERE (:machine IS NULL OR machine = :machine) AND (:since IS NULL OR started_at >= :since)
+    ORDER BY machine, started_at, run_id"""
