@@ -10,12 +10,12 @@ Every fault fails closed as a `ModelCallFailed` with a named kind (see `FAULTS`)
 runtime journals it with the raw body (truncated) and treats it as a rejection, so a
 broken reply can cost a step but never score as success. The API key is read from an
 environment variable whose *name* is configured, sent only in the `Authorization` header,
-and scrubbed from every body and message this module reports.
+and scrubbed from every body and message this module reports. The wire format (messages,
+advertised tools, strict reading of replies) is in `fsm_agent.openai_wire`.
 """
 
 from __future__ import annotations
 
-import email.utils
 import functools
 import json
 import math
@@ -32,6 +32,16 @@ import attrs
 from fsm_agent.errors import AdapterError
 from fsm_agent.lanes import Lane, LaneTier
 from fsm_agent.models import ModelCallFailed, ModelReply, Prompt, RejectionKind
+from fsm_agent.openai_wire import (
+    advertised_tools,
+    arguments_of,
+    build_messages,
+    function_of,
+    retry_after_s,
+    strict_json,
+    text_of,
+    token_count,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -68,18 +78,6 @@ FAULTS: Mapping[FaultKind, RejectionKind] = {
     "bad_tool_arguments": "schema_fail",  # arguments that are not a JSON object
     "several_tool_calls": "schema_fail",  # more than one tool call in one reply
 }
-
-#: The rules every request carries as its system message.
-RULES = (
-    "You draft; code decides. You are one step of a declared state machine, and each turn"
-    " you do exactly one of these:\n"
-    "- call one of the offered tools (one call per turn);\n"
-    '- finish with a message that is exactly the JSON object {"answer": "<answer>"}; it'
-    " counts only if a tool result with receipts backs it;\n"
-    '- ask for a person with exactly {"handoff": {"why": "<reason>"}}.\n'
-    'Prose and flags such as "done" are not votes: they are rejected, and a rejected reply'
-    " costs a step. The budgets are fixed: nothing you say raises them or ends the run."
-)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: How long past the run's deadline the call's own timeouts fire: the worker abandons the
@@ -289,7 +287,7 @@ class OpenAIChatModel:
         if not 200 <= status < 300:
             raise self._fault("http_error", f"HTTP {status} {reason}".rstrip(), raw=body)
         try:
-            data = _strict_json(body)
+            data = strict_json(body)
         except (ValueError, RecursionError) as exc:
             raise self._fault(
                 "invalid_json",
@@ -317,25 +315,25 @@ class OpenAIChatModel:
         """The reply for the parser: its one tool call as `{"tool_call": …}`, else its text."""
         calls = message.get("tool_calls")
         if not calls:
-            return _text(message.get("content"))
+            return text_of(message.get("content"))
         if not isinstance(calls, list):
             raise self._fault("bad_tool_call", "tool_calls is not a list", raw=body, cost=cost)
         if len(calls) > 1:
-            names = ", ".join(str(_function(c).get("name")) for c in calls)
+            names = ", ".join(str(function_of(c).get("name")) for c in calls)
             raise self._fault(
                 "several_tool_calls",
                 f"{len(calls)} tool calls in one reply ({names}); one per turn",
                 raw=body,
                 cost=cost,
             )
-        function = _function(calls[0])
+        function = function_of(calls[0])
         name = function.get("name")
         if not isinstance(name, str) or not name.strip():
             raise self._fault("bad_tool_call", "a tool call with no function name", raw=body,
                               cost=cost)  # fmt: skip
         arguments = function.get("arguments")
         try:
-            args = _arguments(arguments)
+            args = arguments_of(arguments)
         except (ValueError, RecursionError) as exc:
             raise self._fault(
                 "bad_tool_arguments",
@@ -352,7 +350,10 @@ class OpenAIChatModel:
         if price_in is None or price_out is None:
             return 0.0
         tokens = usage if isinstance(usage, dict) else {}
-        t_in, t_out = _tokens(tokens.get("prompt_tokens")), _tokens(tokens.get("completion_tokens"))
+        t_in, t_out = (
+            token_count(tokens.get("prompt_tokens")),
+            token_count(tokens.get("completion_tokens")),
+        )
         if t_in is None or t_out is None:
             return self._unknown_cost()
         return (t_in * price_in + t_out * price_out) / 1_000_000
@@ -394,128 +395,5 @@ def _new_client() -> httpx.Client:
 # --- the request ----------------------------------------------------------------------------
 
 
-def build_messages(prompt: Prompt) -> list[dict[str, Any]]:
-    """The chat messages for `prompt`: the rules with the courtesy line, the task, then the
-    run's history (each proposed tool call as an assistant turn, answered by its result)."""
-    system = f"{RULES}\nYou are on {prompt.courtesy} ({prompt.budget_left})."
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system},
-        {"role": "user", "content": f"Task: {prompt.task}"},
-    ]
-    pending: tuple[str, str] | None = None  # the open tool call: (id, tool name)
-    for n, entry in enumerate(prompt.history):
-        role = entry.get("role")
-        content = entry.get("content")
-        call = (
-            content.get("tool_call") if role == "assistant" and isinstance(content, dict) else None
-        )
-        answers = pending is not None and role == "tool" and entry.get("name") == pending[1]
-        if pending is not None and not answers:
-            messages.append(_tool_result(pending[0], {"note": "no result was recorded"}))
-            pending = None
-        if isinstance(call, dict):
-            call_id = f"call_{n}"
-            arguments = json.dumps(call.get("args", {}), default=str)
-            function = {"name": str(call.get("name")), "arguments": arguments}
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [{"id": call_id, "type": "function", "function": function}],
-                }
-            )
-            pending = (call_id, function["name"])
-        elif answers and pending is not None:
-            result = {k: v for k, v in entry.items() if k not in ("role", "name")}
-            messages.append(_tool_result(pending[0], result))
-            pending = None
-        else:
-            note = (
-                content if content is not None else {k: v for k, v in entry.items() if k != "role"}
-            )
-            text = note if isinstance(note, str) else json.dumps(note, default=str)
-            messages.append({"role": "user", "content": f"[{role or 'note'}] {text}"})
-    if pending is not None:
-        messages.append(_tool_result(pending[0], {"note": "no result was recorded"}))
-    return messages
-
-
-def _tool_result(call_id: str, result: Any) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(result, default=str)}
-
-
-def advertised_tools(prompt: Prompt) -> list[dict[str, Any]]:
-    """The allow-listed tools as functions (with their argument schemas when known)."""
-    specs = {s.name: s for s in prompt.tool_specs}
-    tools = []
-    for name in prompt.tools:
-        spec = specs.get(name)
-        function: dict[str, Any] = {"name": name, "parameters": {"type": "object"}}
-        if spec is not None:
-            function.update(parameters=spec.parameters)
-            if spec.description:
-                function["description"] = spec.description
-        tools.append({"type": "function", "function": function})
-    return tools
-
-
-# --- parsing helpers ------------------------------------------------------------------------
-
-
-def _tokens(value: Any) -> int | None:
-    """A token count from `usage`, or None when it is missing or not a count."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"non-finite number {token} is not JSON")
-
-
-def _strict_json(data: bytes | str) -> Any:
-    return json.loads(data, parse_constant=_reject_constant)
-
-
-def _arguments(arguments: Any) -> dict[str, Any]:
-    if isinstance(arguments, dict):  # some servers send an object rather than its text
-        return arguments
-    if isinstance(arguments, str) and not arguments.strip():
-        return {}  # a call with no arguments, as some servers send it
-    if not isinstance(arguments, str):
-        raise ValueError(f"expected JSON text, got {type(arguments).__name__}")
-    value = _strict_json(arguments)
-    if not isinstance(value, dict):
-        raise ValueError(f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _function(call: Any) -> dict[str, Any]:
-    function = call.get("function") if isinstance(call, dict) else None
-    return function if isinstance(function, dict) else {}
-
-
-def _text(content: Any) -> Any:
-    """Message content as the parser gets it: text parts joined; anything else as it is."""
-    if isinstance(content, list) and all(
-        isinstance(p, dict) and isinstance(p.get("text"), str) for p in content
-    ):
-        return "".join(p["text"] for p in content)
-    return content
-
-
 def _name(exc: BaseException) -> str:
     return type(exc).__name__
-
-
-def retry_after_s(value: str | None) -> float | None:
-    """Seconds a `Retry-After` header asks for (delta-seconds or an HTTP date), or None."""
-    if value is None or not value.strip():
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        seconds = when.timestamp() - time.time()
-    return max(0.0, seconds) if math.isfinite(seconds) else None

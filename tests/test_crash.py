@@ -99,7 +99,7 @@ def check_after_kill(server: ForkServer, name: str) -> int:
     """The journal after one writer was killed; returns how many runs it left interrupted."""
     store = SqliteStore(server.db)  # the journal opens
     try:
-        runs = [r for r in store.list_runs(10_000) if r.run_id.startswith(f"{name}-")]
+        runs = [store.get_run(r) for r in store.run_ids() if r.startswith(f"{name}-")]
         committed = dict(server.reported(name))
         interrupted = 0
         for run in runs:

@@ -23,7 +23,8 @@ from fsm_agent.cli import cli
 from fsm_agent.errors import AdapterError
 from fsm_agent.journal import Facts
 from fsm_agent.models import ModelAdapter, Prompt, describe_tools
-from fsm_agent.openai_model import FAULTS, Endpoint, OpenAIChatModel, retry_after_s
+from fsm_agent.openai_model import FAULTS, Endpoint, OpenAIChatModel
+from fsm_agent.openai_wire import retry_after_s
 from fsm_agent.testing import assert_replays
 from stores.sqlite import SqliteStore
 from tests import model_server as ms
