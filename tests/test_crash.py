@@ -1,5 +1,5 @@
 """Crash safety with real processes and real signals: writers killed with SIGKILL at random
-moments (20 kills here, 200 in the slow suite), SIGTERM under load, and every killed run
+moments (20 kills here, 200 in the slow suite), SIGTERM and SIGINT under load, and every killed run
 resumed afterwards.
 
 After each kill: the journal opens, every run of the killed writer verifies, every event
@@ -211,8 +211,8 @@ def test_two_hundred_kills(server: ForkServer) -> None:
     _kill_and_resume(server, kills=200, seed=2026)
 
 
-def test_sigterm_under_load_leaves_a_record_and_a_journaled_halt(server: ForkServer) -> None:
-    # Three writers share the journal; one of them gets SIGTERM mid-stream, several times.
+def test_sigterm_and_sigint_under_load_leave_a_record_and_a_journaled_halt(server: ForkServer) -> None:
+    # Three writers share the journal; one of them gets SIGTERM or SIGINT mid-stream.
     # A stop that lands mid-run halts that run `interrupted`; one that lands between runs or
     # as a run halts is not lost: the writer still exits 143, and no run is left open.
     rng = random.Random(11)  # noqa: S311 - test data
@@ -222,25 +222,26 @@ def test_sigterm_under_load_leaves_a_record_and_a_journaled_halt(server: ForkSer
         victim = f"term{round_}"
         pid = server.fork(victim, rng.randrange(1 << 30), signals=True)
         time.sleep(rng.uniform(0.02, 0.1))
-        os.kill(pid, signal.SIGTERM)
+        stop = signal.SIGTERM if round_ % 2 == 0 else signal.SIGINT
+        os.kill(pid, stop)
         wait_gone(pid)
         for other in busy:
             os.kill(other, signal.SIGKILL)
             wait_gone(other)
         log = (server.records / f"{victim}.log").read_text().splitlines()
-        assert log[-1] == f"EXIT {128 + signal.SIGTERM}", log[-3:]
+        assert log[-1] == f"EXIT {128 + stop}", log[-3:]
         store = SqliteStore(server.db)
         try:
             mine = [r for r in store.list_runs(100_000) if r.run_id.startswith(f"{victim}-")]
             for run in mine:
-                assert run.status == "halted", run  # nothing left open by a SIGTERM
+                assert run.status == "halted", run  # nothing left open by a stop
                 record = read_record(server.records / f"{run.run_id}.json")
                 assert record.halt_reason is run.halt_reason
                 assert record.journal_head == store.chain(run.run_id)[2]
                 assert verify_run(store, run.run_id).ok
                 if run.halt_reason is HaltReason.INTERRUPTED:
                     interrupted += 1
-                    assert record.signal == signal.SIGTERM
+                    assert record.signal == stop
                     assert store.events(run.run_id)[-1].halt is HaltReason.INTERRUPTED
         finally:
             store.close()
