@@ -211,7 +211,9 @@ def test_two_hundred_kills(server: ForkServer) -> None:
     _kill_and_resume(server, kills=200, seed=2026)
 
 
-def test_sigterm_and_sigint_under_load_leave_a_record_and_a_journaled_halt(server: ForkServer) -> None:
+def test_sigterm_and_sigint_under_load_leave_a_record_and_a_journaled_halt(
+    server: ForkServer,
+) -> None:
     # Three writers share the journal; one of them gets SIGTERM or SIGINT mid-stream.
     # A stop that lands mid-run halts that run `interrupted`; one that lands between runs or
     # as a run halts is not lost: the writer still exits 143, and no run is left open.
