@@ -1,128 +1,42 @@
 """The `fsm-agent` command: a thin layer over the library.
 
-Library errors become `Error: …` and an exit code here and only here: 0 the run reached
-`done`; 3 `budget_exhausted`; 4 `handoff`; 2 invalid input; 70 internal error; 128+N when
-signal N interrupted the run.
+Library errors become `Error: …` and an exit code at one boundary (`cli_options.cli_errors`):
+0 the run reached `done`; 3 `budget_exhausted`; 4 `handoff`; 2 invalid input; 70 internal
+error; 75 paused; 128+N when signal N interrupted the run.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import click
 
 from fsm_agent import serde
-from fsm_agent.errors import FsmAgentError, InvalidInputError, RunPaused
-from fsm_agent.halt import EXIT_INTERNAL_ERROR, EXIT_INVALID_INPUT, EXIT_PAUSED, exit_code
+from fsm_agent.cli_options import (
+    InternalProblem,
+    budget_options,
+    cli_errors,
+    db_option,
+    journal_store,
+    json_option,
+    model_options,
+    shown,
+)
+from fsm_agent.errors import RunPaused
+from fsm_agent.halt import EXIT_PAUSED, exit_code
 from fsm_agent.journal import Event, RunRow
-from fsm_agent.models import ModelAdapter, load_model
+from fsm_agent.models import ModelAdapter
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, record_json
 from fsm_agent.spec import load_machine
 from fsm_agent.tools import ToolRegistry, load_tools
-from fsm_agent.worker import DEFAULT_DB
 from fsm_agent.worker import run as run_machine
-
-if TYPE_CHECKING:
-    from fsm_agent.openai_model import Endpoint
-    from stores.sqlite import SqliteStore
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class InputProblem(click.ClickException):
-    """Invalid input, shown as `Error: …`; exit 2."""
-
-    exit_code = EXIT_INVALID_INPUT
-
-
-class InternalProblem(click.ClickException):
-    """An internal or journal error, shown as `Error: …`; exit 70."""
-
-    exit_code = EXIT_INTERNAL_ERROR
-
-
-def cli_errors(fn: F) -> F:
-    """Turn library errors into `Error: …` lines with the documented exit codes."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except InvalidInputError as exc:
-            raise InputProblem(str(exc)) from exc
-        except FsmAgentError as exc:
-            raise InternalProblem(str(exc)) from exc
-        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
-            raise
-        except Exception as exc:
-            if os.environ.get("FSM_AGENT_DEBUG"):
-                raise
-            raise InternalProblem(
-                f"internal error: {type(exc).__name__}: {exc} (set FSM_AGENT_DEBUG=1 for a"
-                " traceback)"
-            ) from exc
-
-    return wrapper  # type: ignore[return-value]
-
-
-def db_option(fn: F) -> F:
-    return click.option(
-        "--db",
-        "db",
-        default=DEFAULT_DB,
-        show_default=True,
-        envvar="FSM_AGENT_DB",
-        help="Journal database (SQLite file). Env: FSM_AGENT_DB.",
-    )(fn)
-
-
-def json_option(fn: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(fn)
-
-
-_BUDGET_FLAGS: tuple[tuple[str, str, type, str], ...] = (
-    ("--max-steps", "max_steps", int, "Cap on model calls (retries included)."),
-    ("--wall-clock-ms", "wall_clock_ms", int, "Cap on the run's real time."),
-    ("--max-cost", "max_cost", float, "Cap on dollars reported by the adapters."),
-    ("--tool-timeout-ms", "tool_timeout_ms", int, "Cap on one tool call's time."),
-    ("--max-retries", "max_retries", int, "Retries allowed after failures."),
-)
-
-
-def budget_options(fn: F) -> F:
-    """The five budget flags, handed to the command as one `budgets` dict (None = unset)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        kwargs["budgets"] = {name: kwargs.pop(name) for _, name, _, _ in _BUDGET_FLAGS}
-        return fn(*args, **kwargs)
-
-    decorated: Any = wrapper
-    for flag, name, kind, text in reversed(_BUDGET_FLAGS):
-        decorated = click.option(flag, name, type=kind, help=text)(decorated)
-    return decorated  # type: ignore[no-any-return]
-
-
-@contextmanager
-def journal_store(db: str, *, must_exist: bool = False) -> Iterator[SqliteStore]:
-    from stores.sqlite import SqliteStore  # sqlite-utils only for commands that use a journal
-
-    if must_exist and not Path(db).exists():
-        raise InvalidInputError(f"no journal at {db} (run something first, or pass --db PATH)")
-    store = SqliteStore(db)
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -131,7 +45,7 @@ def cli() -> None:
     """Run AI agents as declared finite-state machines; every halt is named and journaled."""
 
 
-def _progress(max_steps: int, quiet: bool) -> Callable[[Event], None]:
+def progress_line(max_steps: int, quiet: bool) -> Callable[[Event], None]:
     def show(event: Event) -> None:
         if quiet or event.kind != "transition":
             return
@@ -157,82 +71,6 @@ def _summary(record: HaltRecord) -> str:
     if record.error:
         lines.append(f"why: {record.error}")
     return "\n".join(lines)
-
-
-def _endpoint(model_spec: str, options: dict[str, Any]) -> Endpoint | None:
-    """The HTTP endpoint of an `openai:MODEL` model from the run's options (None otherwise)."""
-    given = [f"--{name.replace('_', '-')}" for name, value in options.items() if value is not None]
-    if not model_spec.startswith("openai:"):
-        if given:
-            raise InvalidInputError(f"{', '.join(given)}: only for an openai:MODEL model")
-        return None
-    if options["base_url"] is None:
-        raise InvalidInputError(f"{model_spec}: --base-url is required (the server's …/v1 URL)")
-    from fsm_agent.openai_model import Endpoint
-
-    return Endpoint(
-        base_url=options["base_url"],
-        api_key_env=options["api_key_env"],
-        tier=options["lane_tier"] or "free",
-        price_in=options["price_in"],
-        price_out=options["price_out"],
-        worst_case_cost=options["worst_case_cost"],
-    )
-
-
-_MODEL_OPTIONS = (
-    click.option(
-        "--model",
-        "model_spec",
-        required=True,
-        help="scripted:PATH (JSON list of replies), python:module:callable, or openai:MODEL"
-        " (an OpenAI-compatible server; see --base-url).",
-    ),
-    click.option(
-        "--base-url",
-        help="openai: the server's base URL (e.g. http://127.0.0.1:8080/v1); the adapter POSTs"
-        " to BASE_URL/chat/completions.",
-    ),
-    click.option(
-        "--api-key-env",
-        metavar="NAME",
-        help="openai: the NAME of the environment variable that holds the API key (never the key"
-        " itself).",
-    ),
-    click.option(
-        "--lane-tier",
-        type=click.Choice(["free", "paid", "local"]),
-        help="openai: the model lane's tier (kind http).  [default: free]",
-    ),
-    click.option("--price-in", type=float, help="openai: dollars per million input tokens."),
-    click.option("--price-out", type=float, help="openai: dollars per million output tokens."),
-    click.option(
-        "--worst-case-cost",
-        type=float,
-        help="openai: dollars counted for a call whose usage is unknown (required with prices).",
-    ),
-)
-
-
-_ENDPOINT_OPTIONS = ("base_url", "api_key_env", "lane_tier", "price_in", "price_out",
-                     "worst_case_cost")  # fmt: skip
-
-
-def model_options(fn: F) -> F:
-    """`--model` and the endpoint options of an `openai:MODEL` model, handed to the command
-    as one loaded `model` adapter."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        spec = kwargs.pop("model_spec")
-        endpoint = _endpoint(spec, {name: kwargs.pop(name) for name in _ENDPOINT_OPTIONS})
-        kwargs["model"] = load_model(spec, endpoint=endpoint)
-        return fn(*args, **kwargs)
-
-    decorated: Any = cli_errors(wrapper)  # a bad model spec is `Error: …`, exit 2
-    for option in reversed(_MODEL_OPTIONS):
-        decorated = option(decorated)
-    return decorated  # type: ignore[no-any-return]
 
 
 @cli.command()
@@ -297,9 +135,9 @@ def run(
         if event.kind == "started":
             state["max"] = event.snapshot.budgets.max_steps
             if not as_json:
-                click.echo(f"run {event.run_id} started ({spec.name}, journal {db})")
+                click.echo(f"run {event.run_id} started ({spec.name}, journal {shown(db)})")
         else:
-            _progress(state["max"], quiet)(event)
+            progress_line(state["max"], quiet)(event)
 
     with journal_store(db) as store:
         record = paused_or(
@@ -362,7 +200,7 @@ def runs(db: str, limit: int, as_json: bool) -> None:
         click.echo(json.dumps([_run_dict(r) for r in rows], indent=2))
         return
     if not rows:
-        click.echo(f"no runs in {db}")
+        click.echo(f"no runs in {shown(db)}")
         return
     from fsm_agent.resume import shown_status
 
@@ -453,7 +291,7 @@ def demo(db: str, records_dir: str | None) -> None:
     from examples.scenarios import SCENARIOS, run_scenario
 
     with contextlib_tempdir(records_dir) as folder, journal_store(db) as store:
-        click.echo(f"journal: {db}   records: {folder}")
+        click.echo(f"journal: {shown(db)}   records: {folder}")
         header = f"{'SCENARIO':<31}  {'STATE':<16}  {'HALT REASON':<17}  {'STEPS':>5}  OK   RUN"
         click.echo(header)
         wrong = []
@@ -468,7 +306,9 @@ def demo(db: str, records_dir: str | None) -> None:
                 f"  {record.halt_reason.value:<17}  {steps:>5}  {'yes' if ok else 'NO ':<3}"
                 f"  {record.run_id}"
             )
-    click.echo(f"{len(SCENARIOS)} scenarios; inspect one with: fsm-agent show RUN_ID --db {db}")
+    click.echo(
+        f"{len(SCENARIOS)} scenarios; inspect one with: fsm-agent show RUN_ID --db {shown(db)}"
+    )
     if wrong:
         raise InternalProblem("unexpected halts: " + "; ".join(wrong))
 
@@ -488,4 +328,4 @@ def main() -> None:
 
 
 # The incident-review and operations commands register themselves on `cli`.
-from fsm_agent import cli_ops, cli_review  # noqa: E402, F401
+from fsm_agent import cli_ops, cli_queue, cli_review  # noqa: E402, F401

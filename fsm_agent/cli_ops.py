@@ -12,16 +12,14 @@ import click
 
 from fsm_agent import serde
 from fsm_agent.chain import ChainReport, verify_run
-from fsm_agent.cli import (
-    _progress,
-    cli,
+from fsm_agent.cli import cli, finish, paused_or, progress_line
+from fsm_agent.cli_options import (
     cli_errors,
     db_option,
-    finish,
     journal_store,
     json_option,
     model_options,
-    paused_or,
+    shown,
 )
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import Event
@@ -91,7 +89,7 @@ def pause(run_id: str, why: str, who: str | None, db: str) -> None:
         number = store.add_control(signed_control(run_id, "pause", {}, who, why))
     click.echo(
         f"pause of {run_id} queued (#{number}); the run stops before its next model call."
-        f" Continue it with: fsm-agent resume {run_id} --db {db} --model …"
+        f" Continue it with: fsm-agent resume {run_id} --db {shown(db)} --model …"
     )
 
 
@@ -138,12 +136,12 @@ def resume(
         row = store.get_run(run_id)
         max_steps = row.budgets.max_steps
         if not as_json:
-            click.echo(f"run {run_id} resumed from {row.state} (journal {db})")
+            click.echo(f"run {run_id} resumed from {row.state} (journal {shown(db)})")
 
         def on_transition(event: Event) -> None:
             nonlocal max_steps
             max_steps = event.snapshot.budgets.max_steps
-            _progress(max_steps, quiet)(event)
+            progress_line(max_steps, quiet)(event)
 
         record = paused_or(
             lambda: resume_run(

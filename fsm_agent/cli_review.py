@@ -13,7 +13,15 @@ from typing import Any
 import click
 
 from fsm_agent import serde
-from fsm_agent.cli import budget_options, cli, cli_errors, db_option, journal_store, json_option
+from fsm_agent.cli import cli
+from fsm_agent.cli_options import (
+    budget_options,
+    cli_errors,
+    db_option,
+    journal_store,
+    json_option,
+    shown,
+)
 from fsm_agent.diagram import FORMATS, DiagramFormat, export_diagram, run_path
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import Control, ControlKind, Event, RunRow
@@ -129,7 +137,9 @@ def import_(file: str, db: str) -> None:
     run_file = read_run_file(file)
     with journal_store(db) as store:
         import_run(store, run_file, source=file)
-    click.echo(f"imported run {run_file.run.run_id} ({len(run_file.events)} events) into {db}")
+    click.echo(
+        f"imported run {run_file.run.run_id} ({len(run_file.events)} events) into {shown(db)}"
+    )
 
 
 @cli.command()

@@ -60,9 +60,9 @@ SEED_ITEMS: Final[Mapping[str, str]] = MappingProxyType(
 )
 
 _TRACES = (
-    "impossible at runtime: the journal is a SQLite file the worker opens on its own host"
-    " (stores.sqlite, --db); no store backend writes to a free server; `fsm-agent export`"
-    " ships a self-contained copy off the box (a copy before exit, --trace-copy, is open work). No"
+    "impossible at runtime: the journal is a SQLite file on the worker's host or a PostgreSQL"
+    " server the team runs (--db), never a free server; `fsm-agent export` ships a"
+    " self-contained copy off the box and --trace-copy ships one before the loop may exit. No"
     " declaration or policy names a trace store, and a policy key that tried to (`traces:`)"
     " is an unknown key and fails closed (tests/test_policy.py)"
 )

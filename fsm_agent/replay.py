@@ -356,22 +356,25 @@ def _summary(run: RunRow, last: StepReport | None, n: int, ok: bool) -> str:
 
 
 def load_run(path: str | os.PathLike[str], run_id: str | None = None) -> tuple[RunRow, list[Event]]:
-    """A run and its events from a run file (`fsm-agent export`) or, by id, a journal file."""
-    location = Path(path)
-    if not location.exists():
-        raise InvalidInputError(f"no such run file or journal: {location}")
-    if location.suffix == ".json":
-        from fsm_agent.runfile import read_run_file
+    """A run and its events from a run file (`fsm-agent export`) or, by id, a journal (a
+    SQLite file or a postgresql:// DSN)."""
+    from stores import is_dsn, open_store, redact_dsn
 
-        run_file = read_run_file(location)
-        if run_id is not None and run_id != run_file.run.run_id:
-            raise InvalidInputError(f"{location} holds run {run_file.run.run_id}, not {run_id}")
-        return run_file.run, list(run_file.events)
+    if not is_dsn(path):
+        location = Path(path)
+        if not location.exists():
+            raise InvalidInputError(f"no such run file or journal: {location}")
+        if location.suffix == ".json":
+            from fsm_agent.runfile import read_run_file
+
+            run_file = read_run_file(location)
+            if run_id is not None and run_id != run_file.run.run_id:
+                raise InvalidInputError(f"{location} holds run {run_file.run.run_id}, not {run_id}")
+            return run_file.run, list(run_file.events)
     if run_id is None:
-        raise InvalidInputError(f"{location} is a journal: say which run to replay")
-    from stores.sqlite import SqliteStore
-
-    store = SqliteStore(location)
+        shown = redact_dsn(str(path)) if is_dsn(path) else str(path)
+        raise InvalidInputError(f"{shown} is a journal: say which run to replay")
+    store = open_store(path)
     try:
         return store.get_run(run_id), store.events(run_id)
     finally:

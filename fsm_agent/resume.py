@@ -74,14 +74,15 @@ def shown_status(run: RunRow) -> str:
     return run.status
 
 
-def check_resumable(run: RunRow) -> None:
-    """Refuse a run that has halted, or whose process may still be running it."""
+def check_resumable(run: RunRow, *, lease_held: bool = False) -> None:
+    """Refuse a run that has halted, or whose process may still be running it (unless the
+    caller holds the run's queue lease: an expired lease is the proof the owner is gone)."""
     if run.status == "halted":
         reason = run.halt_reason.value if run.halt_reason else "?"
         raise InvalidInputError(
             f"run {run.run_id} has already halted ({reason}); nothing to resume"
         )
-    if run.status == "paused":
+    if run.status == "paused" or lease_held:
         return
     where = liveness(run)
     if where == "live":
@@ -96,11 +97,13 @@ def check_resumable(run: RunRow) -> None:
         )
 
 
-def load_resumable(store: Store, run_id: str) -> tuple[RunRow, MachineSpec, list[Event], str]:
+def load_resumable(
+    store: Store, run_id: str, *, lease_held: bool = False
+) -> tuple[RunRow, MachineSpec, list[Event], str]:
     """The run, its declaration (as frozen at start), its events and its head hash; refuses
     a run that cannot be resumed or whose hash chain does not verify."""
     run = store.get_run(run_id)
-    check_resumable(run)
+    check_resumable(run, lease_held=lease_held)
     chained_run, links, head = store.chain(run_id)
     report = verify_chain(chained_run, links, head)
     if not report.ok or head is None:

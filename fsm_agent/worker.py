@@ -46,9 +46,9 @@ DEFAULT_DB = "fsm-agent.db"
 
 def _open_store(store: Store | str | os.PathLike[str]) -> tuple[Store, bool]:
     if isinstance(store, str | os.PathLike):
-        from stores.sqlite import SqliteStore
+        from stores import open_store  # a SQLite path or a postgresql:// DSN
 
-        return SqliteStore(store), True
+        return open_store(store), True
     return store, False
 
 
@@ -155,6 +155,7 @@ def resume_run(
     trace_copy: str | os.PathLike[str] | None = None,
     repair: Callable[[Any], Any] | None = None,
     judge: Callable[[Snapshot], Any] | None = None,
+    lease_held: bool = False,
 ) -> HaltRecord:
     """Continue an interrupted or paused run from its last committed transition; return
     its halt record (see `fsm_agent.resume` for what is rebuilt and what is refused).
@@ -163,11 +164,13 @@ def resume_run(
     plane are the run's own, from the journal; `model` and `tools` are given again (they are
     code, not journaled). The wall clock goes on from the last journaled reading: time
     while nothing ran the run is not counted. Raises `InvalidInputError` for a run that has
-    halted, may still be running, or whose journal does not verify.
+    halted, may still be running, or whose journal does not verify. `lease_held`: the
+    caller holds the run's queue lease, so its previous owner's lease expired (a queue
+    worker taking a run over); whether that process is alive is not asked.
     """
     opened, owned = _open_store(store)
     try:
-        row, spec, events, head = load_resumable(opened, run_id)
+        row, spec, events, head = load_resumable(opened, run_id, lease_held=lease_held)
         ctx = restore_context(
             spec,
             row,

@@ -1,4 +1,66 @@
 """Journal backends behind the `fsm_agent.journal.Store` protocol.
 
-`stores.sqlite` is the embedded default.
+`stores.sqlite` is the embedded default (one file, no server); `stores.postgres` is one
+journal for many workers on many hosts. `open_store` picks one from a `--db` value; each
+backend is imported only when it is opened, so `import fsm_agent` and the SQLite path never
+import psycopg.
 """
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fsm_agent.journal import Store
+
+#: The URL schemes that select the PostgreSQL store; anything else is a SQLite file path.
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_dsn(location: str | os.PathLike[str]) -> bool:
+    """Whether `location` names a PostgreSQL server (a `postgresql://` URL), not a file."""
+    return isinstance(location, str) and location.lower().startswith(POSTGRES_SCHEMES)
+
+
+_SECRETS = ("password", "sslpassword")
+
+
+def redact_dsn(dsn: str) -> str:
+    """`dsn` without its passwords (a URL's `user:password@`, `password` and `sslpassword`
+    parameters, or keys): what the journal's location shows in messages and records."""
+    if not is_dsn(dsn):
+        return re.sub(r"(?i)\b(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'|\S*)\s*", "", dsn).strip()
+    parts = urllib.parse.urlsplit(dsn)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, hosts = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}@{hosts}"
+    query = "&".join(
+        p for p in parts.query.split("&") if p and p.split("=", 1)[0].lower() not in _SECRETS
+    )
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def open_store(location: str | os.PathLike[str]) -> Store:
+    """The journal at `location`: a `postgresql://` (or `postgres://`) DSN opens
+    `PostgresStore`, anything else is the path of a SQLite file (`SqliteStore`, created if
+    need be). Raises `JournalError` naming the location when it cannot be opened."""
+    if is_dsn(location):
+        try:
+            from stores.postgres import PostgresStore
+        except ModuleNotFoundError as exc:
+            if not (exc.name or "").startswith("psycopg"):
+                raise
+            from fsm_agent.errors import JournalError
+
+            raise JournalError(
+                "a PostgreSQL journal needs psycopg 3: pip install 'fsm-agent[postgres]'",
+                path=redact_dsn(str(location)),
+            ) from exc
+        return PostgresStore(str(location))
+    from stores.sqlite import SqliteStore
+
+    return SqliteStore(location)

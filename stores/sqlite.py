@@ -12,10 +12,11 @@ import gc
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import sqlite_utils
 
@@ -29,12 +30,15 @@ from fsm_agent.journal import (
     Event,
     Facts,
     GuardResult,
+    Job,
+    JobStatus,
     RunRow,
     RunStatus,
     RunSummary,
 )
 from fsm_agent.record import HaltRecord
 from fsm_agent.snapshot import Snapshot
+from stores import sqlite_schema as queue_sql
 from stores.sqlite_open import Synchronous, explain, open_journal
 from stores.sqlite_schema import (
     APPEND_EVENT,
@@ -439,6 +443,45 @@ class SqliteStore:
                     payload=json.loads(r["payload"]), who=r["who"], why=r["why"], at=r["at"])
             for r in rows
         ]  # fmt: skip
+
+    # --- the run queue (its statements and row mapping: stores.sqlite_schema) -------------
+
+    def enqueue(self, job: Job) -> None:
+        with self._tx(job.run_id) as conn:
+            if conn.execute(queue_sql.JOB_OR_RUN, {"id": job.run_id}).fetchone():
+                raise JournalError("already queued or journaled; a run id is used once",
+                                   path=self.path, run_id=job.run_id)  # fmt: skip
+            conn.execute(queue_sql.INSERT_JOB, queue_sql.job_params(job))
+
+    def lease_job(self, owner: str, lease_s: float) -> Job | None:
+        """One statement under BEGIN IMMEDIATE: no two workers take a job while it is leased."""
+        now = time.time()
+        with self._tx(None) as conn:
+            params = {"owner": owner, "now": now, "until": now + lease_s}
+            taken = conn.execute(queue_sql.LEASE_JOB, params).fetchall()
+        return self._jobs(taken)[0] if taken else None
+
+    def renew_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
+        until = time.time() + lease_s
+        return self._queue_write(queue_sql.RENEW_LEASE, run_id, owner, until=until)
+
+    def release_job(self, run_id: str, owner: str, status: Literal["queued", "done"]) -> bool:
+        return self._queue_write(queue_sql.RELEASE_JOB, run_id, owner, status=status)
+
+    def jobs(self, status: JobStatus | None = None) -> list[Job]:
+        return self._jobs(self._tuples(*queue_sql.select_jobs(status)))
+
+    def _queue_write(self, sql: str, run_id: str, owner: str, **params: Any) -> bool:
+        params |= {"run_id": run_id, "owner": owner}
+        with self._tx(run_id, atomic=False) as conn:
+            return self._locked(lambda: conn.execute(sql, params), run_id).rowcount == 1
+
+    def _jobs(self, rows: list[tuple[Any, ...]]) -> list[Job]:
+        try:
+            return [queue_sql.job_from_row(r) for r in rows]
+        except Exception as exc:
+            detail = serde.error_path(exc)
+            raise JournalError(f"corrupt queue row: {detail}", path=self.path) from exc
 
     def close(self) -> None:
         self.conn.close()

@@ -6,7 +6,9 @@ older one migrated under the write lock).
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -71,18 +73,31 @@ def explain(exc: sqlite3.Error, otherwise: str = "") -> str:
 
 
 def _open(path: str, synchronous: Synchronous, busy_timeout_ms: int) -> sqlite3.Connection:
-    """Open the journal for writing (creating it if need be), schema up to date."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'FULL' else 'NORMAL'}")
-        _check_schema(path, conn, writable=True)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    """Open the journal for writing (creating it if need be), schema up to date.
+
+    Switching a new file to WAL takes an exclusive lock for which SQLite does not always
+    wait (`busy_timeout` is not consulted): when several processes open a new journal at
+    once, one may be told "database is locked" at once. That is retried, briefly and
+    boundedly (within `busy_timeout_ms` in all), never shown as such."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'FULL' else 'NORMAL'}")
+            _check_schema(path, conn, writable=True)
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.005, 0.05))  # noqa: S311 - jitter, not a secret
+            continue
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
 
 def _open_read_only(path: str, busy_timeout_ms: int) -> sqlite3.Connection:

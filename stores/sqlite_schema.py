@@ -5,8 +5,14 @@ UPDATE and DELETE, so nothing journaled is rewritten.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
+
+from fsm_agent import serde
+from fsm_agent.journal import Job
 
 migrations = Migrations("fsm_agent")
 
@@ -64,6 +70,19 @@ def _m003(db: sqlite_utils.Database) -> None:
         END""")
 
 
+@migrations(name="m004_queue")
+def _m004(db: sqlite_utils.Database) -> None:
+    """The run queue (`fsm-agent submit`, `fsm-agent worker`): one row per submitted run,
+    leased by one worker at a time (`owner`, `lease_until` in epoch seconds)."""
+    db.execute("""
+        CREATE TABLE queue (
+            run_id TEXT PRIMARY KEY, machine TEXT NOT NULL, machine_text TEXT NOT NULL,
+            task TEXT NOT NULL, budgets TEXT NOT NULL, submitted_at TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'queued', owner TEXT, lease_until REAL,
+            attempts INTEGER NOT NULL DEFAULT 0)""")
+    db.execute("CREATE INDEX queue_status ON queue (status, submitted_at)")
+
+
 INSERT_EVENT = """
     INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
                         guards, checks, snapshot, facts, note, control, prev_hash, hash)
@@ -101,3 +120,70 @@ SELECT_SUMMARIES = """
     FROM runs
     WHERE (:machine IS NULL OR machine = :machine) AND (:since IS NULL OR started_at >= :since)
     ORDER BY machine, started_at, run_id"""
+
+
+# --- the run queue (see `SqliteStore.lease_job`) ---------------------------------------------
+
+#: Every statement reads and writes a job's columns in this order (see `job_from_row`).
+INSERT_JOB = """
+    INSERT INTO queue (run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
+                       lease_until, attempts)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+#: A run id is used once: refused while it is in the queue (any status) or in the journal.
+JOB_OR_RUN = """
+    SELECT 1 FROM queue WHERE run_id = :id UNION ALL SELECT 1 FROM runs WHERE run_id = :id"""
+# The oldest job that is queued or whose lease expired (each side read through the
+# (status, submitted_at) index), taken in one statement, under BEGIN IMMEDIATE.
+LEASE_JOB = """
+    UPDATE queue SET status = 'leased', owner = :owner, lease_until = :until,
+                     attempts = attempts + 1
+    WHERE run_id = (
+        SELECT run_id FROM (
+            SELECT * FROM (SELECT run_id, submitted_at FROM queue WHERE status = 'queued'
+                           ORDER BY submitted_at, run_id LIMIT 1)
+            UNION ALL
+            SELECT * FROM (SELECT run_id, submitted_at FROM queue
+                           WHERE status = 'leased' AND lease_until < :now
+                           ORDER BY submitted_at, run_id LIMIT 1))
+        ORDER BY submitted_at, run_id LIMIT 1)
+    RETURNING run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
+              lease_until, attempts"""
+#: Only while `owner` holds the lease (an expired lease nobody took yet is still held).
+RENEW_LEASE = """
+    UPDATE queue SET lease_until = :until
+    WHERE run_id = :run_id AND owner = :owner AND status = 'leased'"""
+#: Back to the queue (no owner), or done (the last owner kept, for `fsm-agent queue`).
+RELEASE_JOB = """
+    UPDATE queue SET status = :status, lease_until = NULL,
+                     owner = CASE WHEN :status = 'done' THEN owner END
+    WHERE run_id = :run_id AND owner = :owner AND status = 'leased'"""
+_SELECT_JOBS = """
+    SELECT run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
+           lease_until, attempts
+    FROM queue"""
+_OLDEST_FIRST = " ORDER BY submitted_at, run_id"
+
+
+def select_jobs(status: str | None) -> tuple[str, tuple[Any, ...]]:
+    """The queue, oldest first, optionally of one status (through the index)."""
+    if status is None:
+        return _SELECT_JOBS + _OLDEST_FIRST, ()
+    return _SELECT_JOBS + " WHERE status = ?" + _OLDEST_FIRST, (status,)
+
+
+def job_params(job: Job) -> tuple[Any, ...]:
+    """A job's INSERT parameters, in column order (budgets as compact JSON)."""
+    return (job.run_id, job.machine, job.machine_text, job.task,
+            serde.dumps_compact(job.budgets), job.submitted_at, job.status, job.owner,
+            job.lease_until, job.attempts)  # fmt: skip
+
+
+def job_from_row(row: tuple[Any, ...]) -> Job:
+    """A queue row (in column order) as a `Job`; raises on a corrupt row."""
+    run_id, machine, text, task, budgets, submitted, status, owner, until, attempts = row
+    return serde.structure(
+        {"run_id": run_id, "machine": machine, "machine_text": text, "task": task,
+         "budgets": json.loads(budgets), "submitted_at": submitted, "status": status,
+         "owner": owner, "lease_until": until, "attempts": attempts},
+        Job,
+    )  # fmt: skip

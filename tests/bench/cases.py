@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.bench import baselines, peers, processes, runtime
+from tests.bench import baselines, peers, processes, runtime, workers
 from tests.bench.report import Metric, Target
 from tests.bench.workload import Scratch, Workload
 
@@ -40,6 +40,16 @@ METRICS = (
     Metric(JOURNAL, "bytes", fmt="{:.0f}"),
     Metric("LangGraph", "µs/step", ("fsm-agent",)),
     Metric("Burr", "µs/step", ("fsm-agent",)),
+    *(
+        Metric(
+            workers.metric(backend, n),
+            "transitions/s",
+            () if n == 1 else (workers.metric(backend, 1),),
+            fmt="{:,.0f}",
+        )
+        for backend in ("sqlite", "postgres")
+        for n in workers.WORKER_COUNTS
+    ),
 )
 
 
@@ -79,6 +89,10 @@ class Plan:
     startup_repeats: int
     scratch: Scratch
     replay: runtime.ReplayJournal | None
+    #: runs a worker-scaling measurement submits (0: not measured this round)
+    worker_runs: int = 0
+    #: model calls per run in the worker-scaling measurement
+    worker_steps: int = workers.STEPS
 
 
 Measured = dict[str, list[float]]
@@ -153,12 +167,24 @@ def _long_run_skip() -> str | None:
     return None if Path("/proc/self/status").exists() else "needs /proc (Linux)"
 
 
+def _queue_sqlite(plan: Plan) -> Measured:
+    return workers.scaling("sqlite", plan.worker_runs, plan.scratch, plan.worker_steps)
+
+
+def _queue_postgres(plan: Plan) -> Measured:
+    return workers.scaling("postgres", plan.worker_runs, plan.scratch, plan.worker_steps)
+
+
 def _langgraph(plan: Plan) -> Measured:
     return {"LangGraph": [peers.langgraph(plan.workload, plan.scratch)]}
 
 
 def _burr(plan: Plan) -> Measured:
     return {"Burr": [peers.burr(plan.workload, plan.scratch)]}
+
+
+def _scaling(backend: str) -> tuple[str, ...]:
+    return tuple(workers.metric(backend, n) for n in workers.WORKER_COUNTS)
 
 
 STARTUP = (PYTHON, IMPORT, HELP)
@@ -176,4 +202,8 @@ CASES = (
     Case("long-run", LONG_RUN, _long_run, _long_run_skip),
     Case("langgraph", ("LangGraph",), _langgraph, peers.langgraph_missing),
     Case("burr", ("Burr",), _burr, peers.burr_missing),
+    Case("queue-sqlite", _scaling("sqlite"), _queue_sqlite),
+    Case("queue-postgres", _scaling("postgres"), _queue_postgres, workers.pg_missing),
 )
+#: The cases measured only in the rounds whose plan has `worker_runs`.
+WORKER_CASES = ("queue-sqlite", "queue-postgres")

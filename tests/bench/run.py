@@ -3,7 +3,7 @@
 From the repository root, with the project installed (`pip install -e '.[test]'`; add
 `'.[bench]'` for the peers):
 
-    python -m tests.bench.run            # full run: N=2,000, 15 rounds, 2-3 minutes
+    python -m tests.bench.run            # full run: N=2,000, 15 rounds, 3-4 minutes
     python -m tests.bench.run --smoke    # tiny N, 1 round, a few seconds (CI)
 
 Options: `--n N` transitions a run, `--rounds R`, `--long N` transitions of the long run
@@ -20,7 +20,10 @@ FULL); `naive` (`transitions.Machine` + the same insert); `fsm-agent` and
 events in the journal, halt record included); `replay` (`SqliteStore.events` of the long
 run); `overshoot` (a hung tool under a 200 ms wall clock); `startup` (fresh processes);
 `long-run` (peak RSS and journal bytes, in a child process); the peers `langgraph` and
-`burr` (µs per step; skipped unless the `bench` extra is installed).
+`burr` (µs per step; skipped unless the `bench` extra is installed); `queue-sqlite` and
+`queue-postgres` (aggregate transitions per second of 1, 2 and 4 `fsm-agent worker`
+processes on one journal, measured in 5 of the rounds; PostgreSQL only with a DSN in
+FSM_AGENT_BENCH_PG or FSM_AGENT_TEST_PG; see `workers.py`).
 
 Every case runs in this one process, interleaved round by round — forward on even rounds,
 backward on odd ones (A B … B A), after a warm-up round at small sizes whose figures are
@@ -50,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import processes, runtime
-from tests.bench.cases import CASES, METRICS, TARGETS, Case, Measured, Plan
+from tests.bench.cases import CASES, METRICS, TARGETS, WORKER_CASES, Case, Measured, Plan
 from tests.bench.report import Samples, render_table, render_targets, to_json
 from tests.bench.workload import Scratch, Workload, filesystem_of
 
@@ -63,14 +66,20 @@ class Settings:
     overshoot_runs: int
     startup_repeats: int
     smoke: bool
+    #: worker scaling: runs submitted per measurement, model calls per run, and in how many
+    #: of the rounds it is measured (spread evenly; each costs seconds of process start-up)
+    worker_runs: int = 80
+    worker_steps: int = 10
+    worker_rounds: int = 5
 
 
 FULL = Settings(
     transitions=2000, rounds=15, long=10_000, overshoot_runs=20, startup_repeats=3, smoke=False
 )
 SMOKE = Settings(
-    transitions=60, rounds=1, long=300, overshoot_runs=2, startup_repeats=1, smoke=True
-)
+    transitions=60, rounds=1, long=300, overshoot_runs=2, startup_repeats=1, smoke=True,
+    worker_runs=8, worker_steps=2, worker_rounds=1,
+)  # fmt: skip
 
 
 # --- scheduling -----------------------------------------------------------------------------
@@ -90,6 +99,8 @@ def _run_round(cases: Sequence[Case], plan: Plan, label: str) -> Measured:
     measured: Measured = {}
     for case in cases:
         if plan.overshoot_runs == 0 and case.name == "overshoot":
+            continue
+        if plan.worker_runs == 0 and case.name in WORKER_CASES:
             continue
         _note(f" {case.name}", end="")
         for metric, values in case.measure(plan).items():
@@ -120,7 +131,9 @@ def measure_all(cases: Sequence[Case], settings: Settings, scratch: Scratch) -> 
     small = Workload.of(min(settings.transitions, 300))
     warm = Plan(small, Workload.of(min(settings.long, 300)), 1, 1, scratch, replay)
     _run_round(runnable, warm, "warm-up")
+    every = max(1, settings.rounds // max(1, settings.worker_rounds))
     for index in range(settings.rounds):
+        scaling = index % every == 0 and index // every < settings.worker_rounds
         plan = Plan(
             workload=Workload.of(settings.transitions),
             long=Workload.of(settings.long),
@@ -128,6 +141,8 @@ def measure_all(cases: Sequence[Case], settings: Settings, scratch: Scratch) -> 
             startup_repeats=settings.startup_repeats,
             scratch=scratch,
             replay=replay,
+            worker_runs=settings.worker_runs if scaling else 0,
+            worker_steps=settings.worker_steps,
         )
         order = runnable if index % 2 == 0 else runnable[::-1]
         measured = _run_round(order, plan, f"round {index + 1}/{settings.rounds}")

@@ -1,0 +1,164 @@
+"""Run-queue commands: submit runs, run a worker that leases them, list the queue.
+
+Registered on the `fsm-agent` group by `fsm_agent.cli`; a thin layer over
+`fsm_agent.queue` like the rest of it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from fsm_agent import serde
+from fsm_agent.cli import cli
+from fsm_agent.cli_options import (
+    budget_options,
+    cli_errors,
+    db_option,
+    journal_store,
+    json_option,
+    model_factory_options,
+    shown,
+)
+from fsm_agent.journal import JobStatus
+from fsm_agent.models import ModelAdapter
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@cli.command()
+@click.argument("machine")
+@click.option("--task", required=True, help="What the agent is asked to do.")
+@budget_options
+@db_option
+@cli_errors
+def submit(machine: str, task: str, budgets: dict[str, int | float | None], db: str) -> None:
+    """Queue a run of MACHINE (a declared name or a .yaml path) for a worker; print its id.
+
+    The declaration and the budgets (its defaults with these overrides) are checked and
+    frozen now; `fsm-agent worker` runs it.
+    """
+    from fsm_agent.queue import submit as submit_job
+
+    with journal_store(db) as store:
+        job = submit_job(store, machine, task, budgets)
+    click.echo(job.run_id)
+
+
+@cli.command()
+@db_option
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs driven at once (one thread, one journal connection each).",
+)
+@click.option(
+    "--tools",
+    "tools_module",
+    required=True,
+    help="Module exposing TOOLS = ToolRegistry(...) (or new_tools(), called per job).",
+)
+@model_factory_options
+@click.option(
+    "--lease-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Lease timeout: a job whose worker stops renewing it is taken over after this.",
+)
+@click.option(
+    "--drain-s",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="On SIGTERM/SIGINT: how long to wait for the runs in flight to pause or halt.",
+)
+@click.option(
+    "--records",
+    "records_dir",
+    type=click.Path(file_okay=False),
+    default="halt-records",
+    show_default=True,
+    help="Directory for the halt records (RUN_ID.json).",
+)
+@click.option(
+    "--max-jobs", type=click.IntRange(min=1), help="Exit after taking N jobs (batch, tests)."
+)
+@click.option("--idle-exit", is_flag=True, help="Exit when no job is queued or leased.")
+@cli_errors
+def worker(
+    db: str,
+    concurrency: int,
+    tools_module: str,
+    model: Callable[[], ModelAdapter],
+    lease_s: float,
+    drain_s: float,
+    records_dir: str,
+    max_jobs: int | None,
+    idle_exit: bool,
+) -> None:
+    """Lease queued runs and drive them to a halt, CONCURRENCY at a time.
+
+    A run a dead worker left is taken over when its lease expires and continued under the
+    resume rules. SIGTERM or SIGINT: take no more runs, pause those in flight and give them
+    back to the queue within --drain-s; exit 0, or 128+N if some were still in flight.
+    """
+    from fsm_agent.queue import QueueWorker
+    from fsm_agent.tools import load_tools
+
+    load_tools(tools_module)  # a bad module is `Error: …` (exit 2) before any lease
+    with journal_store(db):  # the journal opens (and is migrated) before any thread starts
+        pass
+    code = QueueWorker(
+        db,
+        model=model,
+        tools=functools.partial(load_tools, tools_module),
+        concurrency=concurrency,
+        lease_s=lease_s,
+        drain_s=drain_s,
+        records=records_dir,
+        max_jobs=max_jobs,
+        idle_exit=idle_exit,
+    ).serve()
+    sys.exit(code)
+
+
+@cli.command()
+@click.option(
+    "--status",
+    type=click.Choice(["queued", "leased", "done"]),
+    help="Only jobs in this status.",
+)
+@db_option
+@json_option
+@cli_errors
+def queue(status: JobStatus | None, db: str, as_json: bool) -> None:
+    """List the run queue, oldest first: run id, status, attempts, owner, lease, task."""
+    with journal_store(db, must_exist=True) as store:
+        jobs = store.jobs(status)
+    if as_json:
+        rows = [serde.unstructure(j) for j in jobs]
+        for row in rows:
+            row.pop("machine_text")
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not jobs:
+        click.echo(f"no {status or ''} jobs in {shown(db)}".replace("  ", " "))
+        return
+    now = time.time()
+    click.echo(f"{'RUN':<12}  {'STATUS':<6}  {'TRY':>3}  {'LEASE':>7}  {'OWNER':<24}  TASK")
+    for j in jobs:
+        lease = "" if j.lease_until is None else f"{j.lease_until - now:+.0f}s"
+        task = j.task if len(j.task) <= 40 else j.task[:39] + "…"
+        click.echo(
+            f"{j.run_id:<12}  {j.status:<6}  {j.attempts:>3}  {lease:>7}  {j.owner or '':<24}"
+            f"  {task}"
+        )

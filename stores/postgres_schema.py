@@ -1,0 +1,193 @@
+"""The PostgreSQL journal's schema: its migrations (applied by `stores.postgres_open`) and
+the statements the store runs.
+
+The tables and their meaning are SQLite's (`stores.sqlite_schema`): `runs`, `events`
+(append-only: triggers refuse UPDATE, DELETE and TRUNCATE), `controls` and `queue`. Values
+round-trip exactly: JSON columns are TEXT (the chain hashes their bytes), integers BIGINT,
+`retry` an integer 0/1. Text that is sorted or compared (ids, times, machine names) uses
+the "C" collation, so order is byte order, as in SQLite, whatever the database's locale.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+
+@attrs.frozen
+class Migration:
+    """One schema change: its name (recorded once applied) and its statements."""
+
+    name: str
+    statements: tuple[str, ...]
+
+
+_APPEND_ONLY = """
+    CREATE FUNCTION fsm_agent_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'the journal is append-only'
+            USING ERRCODE = 'integrity_constraint_violation';
+    END $$"""
+#: The run's head moves in the same statement as the INSERT (no second write from Python).
+#: `search_path` is pinned to the schema the function was created in, so a session with
+#: another search path still moves the head of this schema's run.
+_HEAD = """
+    CREATE FUNCTION fsm_agent_events_head() RETURNS trigger LANGUAGE plpgsql
+    SET search_path FROM CURRENT AS $$
+    BEGIN
+        UPDATE runs SET head_hash = NEW.hash, head_seq = NEW.seq WHERE run_id = NEW.run_id;
+        RETURN NULL;
+    END $$"""
+#: A column's JSON, or NULL when it does not parse (PostgreSQL 15 has no `IS JSON`): a
+#: corrupt row reads as "no value" in the live view and statistics, as in SQLite.
+_JSONB = """
+    CREATE FUNCTION fsm_agent_jsonb(value TEXT) RETURNS jsonb LANGUAGE plpgsql IMMUTABLE AS $$
+    BEGIN
+        RETURN value::jsonb;
+    EXCEPTION WHEN others THEN
+        RETURN NULL;
+    END $$"""
+
+#: The queue's clock: the server's, in epoch seconds (leases outlive any one worker's clock).
+_NOW = """
+    CREATE FUNCTION fsm_agent_now() RETURNS double precision LANGUAGE sql VOLATILE AS $$
+        SELECT extract(epoch FROM clock_timestamp())::double precision
+    $$"""
+
+MIGRATIONS: Final = (
+    Migration(
+        "m001_journal",
+        (
+            """CREATE TABLE runs (
+                run_id TEXT COLLATE "C" PRIMARY KEY, machine TEXT COLLATE "C" NOT NULL,
+                machine_sha256 TEXT NOT NULL, machine_text TEXT NOT NULL, task TEXT NOT NULL,
+                budgets TEXT NOT NULL, state TEXT NOT NULL, status TEXT NOT NULL,
+                halt_reason TEXT, steps_used BIGINT NOT NULL DEFAULT 0,
+                started_at TEXT COLLATE "C" NOT NULL, ended_at TEXT, record TEXT, pid BIGINT,
+                host TEXT, head_hash TEXT, head_seq BIGINT)""",
+            "CREATE INDEX runs_started_at ON runs (started_at, run_id)",
+            "CREATE INDEX runs_machine ON runs (machine, started_at)",
+            """CREATE TABLE events (
+                run_id TEXT COLLATE "C" NOT NULL REFERENCES runs (run_id), seq BIGINT NOT NULL,
+                kind TEXT NOT NULL, at_ms BIGINT NOT NULL, wall_time TEXT NOT NULL,
+                source TEXT, dest TEXT NOT NULL, trigger TEXT, halt TEXT,
+                retry INTEGER NOT NULL DEFAULT 0, guards TEXT NOT NULL, checks TEXT NOT NULL,
+                snapshot TEXT NOT NULL, facts TEXT, note TEXT, control BIGINT,
+                prev_hash TEXT, hash TEXT,
+                PRIMARY KEY (run_id, seq))""",
+            _APPEND_ONLY,
+            """CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+               FOR EACH ROW EXECUTE FUNCTION fsm_agent_append_only()""",
+            """CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+               FOR EACH ROW EXECUTE FUNCTION fsm_agent_append_only()""",
+            """CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events
+               FOR EACH STATEMENT EXECUTE FUNCTION fsm_agent_append_only()""",
+            _HEAD,
+            """CREATE TRIGGER events_head AFTER INSERT ON events
+               FOR EACH ROW EXECUTE FUNCTION fsm_agent_events_head()""",
+            """CREATE TABLE controls (
+                id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                run_id TEXT COLLATE "C" REFERENCES runs (run_id), kind TEXT NOT NULL,
+                payload TEXT NOT NULL, who TEXT NOT NULL, why TEXT NOT NULL, at TEXT NOT NULL)""",
+            "CREATE INDEX controls_run ON controls (run_id, id)",
+            "CREATE INDEX controls_global ON controls (id) WHERE run_id IS NULL",
+            _JSONB,
+        ),
+    ),
+    Migration(
+        "m002_queue",
+        (
+            """CREATE TABLE queue (
+                run_id TEXT COLLATE "C" PRIMARY KEY, machine TEXT NOT NULL,
+                machine_text TEXT NOT NULL, task TEXT NOT NULL, budgets TEXT NOT NULL,
+                submitted_at TEXT COLLATE "C" NOT NULL, status TEXT NOT NULL DEFAULT 'queued',
+                owner TEXT, lease_until DOUBLE PRECISION,
+                attempts INTEGER NOT NULL DEFAULT 0)""",
+            "CREATE INDEX queue_status ON queue (status, submitted_at)",
+            # The lease's scan: open jobs oldest first, however many are done.
+            """CREATE INDEX queue_open ON queue (submitted_at, run_id)
+               WHERE status <> 'done'""",
+            _NOW,
+        ),
+    ),
+)
+
+INSERT_EVENT = """
+    INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
+                        guards, checks, snapshot, facts, note, control, prev_hash, hash)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"""
+#: The live path's INSERT: only onto the run's current head (see `PostgresStore.append`).
+#: The run's row is locked first; a writer that committed meanwhile moved the head, and the
+#: locked row is checked again (READ COMMITTED), so two writers can never fork a chain.
+#: Parameters: run id, the head the event chains onto, then the event's 18 columns.
+APPEND_EVENT = """
+    WITH head AS (
+        SELECT run_id FROM runs WHERE run_id = %s AND head_hash = %s FOR UPDATE
+    )
+    INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
+                        guards, checks, snapshot, facts, note, control, prev_hash, hash)
+    SELECT %s::text, %s::bigint, %s::text, %s::bigint, %s::text, %s::text, %s::text,
+           %s::text, %s::text, %s::integer, %s::text, %s::text, %s::text, %s::text,
+           %s::text, %s::bigint, %s::text, %s::text
+    FROM head"""
+SELECT_CHAIN = """
+    SELECT run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry, guards,
+           checks, snapshot, facts, note, control, prev_hash, hash
+    FROM events WHERE run_id = %s ORDER BY seq"""
+SELECT_EVENTS = "SELECT * FROM events WHERE run_id = %s ORDER BY seq"
+INSERT_RUN = """
+    INSERT INTO runs (run_id, machine, machine_sha256, machine_text, task, budgets, state, status,
+                      halt_reason, steps_used, started_at, ended_at, record, pid, host)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"""
+# A live run's state and steps come from its newest event (one INSERT per transition, no
+# second write to `runs`); a halted run's come from its `runs` row.
+SELECT_RUNS = """
+    SELECT r.*, e.dest AS live_state,
+           fsm_agent_jsonb(e.snapshot) #> '{meters,steps_used}' AS live_steps
+    FROM runs AS r
+    LEFT JOIN LATERAL (
+        SELECT dest, snapshot FROM events
+        WHERE run_id = r.run_id AND r.status <> 'halted' ORDER BY seq DESC LIMIT 1
+    ) AS e ON TRUE"""
+# One narrow row per run for statistics, nothing decoded in Python but the two numbers; a
+# corrupt record reads as no cost rather than failing every statistic.
+SELECT_SUMMARIES = """
+    SELECT run_id, machine, status, halt_reason, steps_used,
+           fsm_agent_jsonb(budgets) -> 'max_steps' AS max_steps, started_at, ended_at,
+           fsm_agent_jsonb(record) #> '{meters,cost}' AS cost
+    FROM runs
+    WHERE (%(machine)s::text IS NULL OR machine = %(machine)s::text)
+      AND (%(since)s::text IS NULL OR started_at >= %(since)s::text)
+    ORDER BY machine, started_at, run_id"""
+INSERT_JOB = """
+    INSERT INTO queue (run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
+                       lease_until, attempts)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+    ON CONFLICT (run_id) DO NOTHING"""
+#: Take the oldest job that is queued or whose lease has expired, skipping rows another
+#: worker is leasing right now; the server's clock decides expiry.
+LEASE_JOB = """
+    WITH picked AS (
+        SELECT run_id FROM queue
+        WHERE status = 'queued' OR (status = 'leased' AND lease_until < fsm_agent_now())
+        ORDER BY submitted_at, run_id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE queue AS q
+    SET status = 'leased', owner = %s, lease_until = fsm_agent_now() + %s::double precision,
+        attempts = q.attempts + 1
+    FROM picked WHERE q.run_id = picked.run_id
+    RETURNING q.*"""
+RENEW_LEASE = """
+    UPDATE queue SET lease_until = fsm_agent_now() + %s::double precision
+    WHERE run_id = %s AND status = 'leased' AND owner = %s"""
+RELEASE_JOB = """
+    UPDATE queue
+    SET status = %(status)s::text, lease_until = NULL,
+        owner = CASE WHEN %(status)s::text = 'queued' THEN NULL ELSE owner END
+    WHERE run_id = %(run_id)s AND status = 'leased' AND owner = %(owner)s"""
+SELECT_JOBS = """
+    SELECT * FROM queue WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+    ORDER BY submitted_at, run_id"""

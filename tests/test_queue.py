@@ -1,0 +1,668 @@
+"""The run queue: submit, lease, renew and release on every store; workers in-process and as
+real processes (many at once, one killed with SIGKILL, one stopped with SIGTERM).
+
+Every store test runs on SQLite and, once `stores.postgres` exists and a server answers, on
+PostgreSQL (`FSM_AGENT_TEST_PG`, default postgresql://postgres@127.0.0.1:5432/test; each
+test gets a fresh schema). `FSM_AGENT_PG_TESTS=require` turns a missing server into a
+failure instead of a skip.
+
+The runs are `tests.queue_fixture` tasks, whose halt is known in advance; every model reply
+and tool result in the journal names the process that made it, so the checks can tell from
+the journal alone that no run was ever driven by two workers at once.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from unittest.mock import ANY
+
+import attrs
+import pytest
+from click.testing import CliRunner
+
+from fsm_agent import JournalError, ScriptedModel, read_record, resume_run, run
+from fsm_agent.chain import verify_run
+from fsm_agent.cli import cli
+from fsm_agent.journal import Control, Event, Job, Store
+from fsm_agent.models import load_model
+from fsm_agent.proposals import ToolCall
+from fsm_agent.queue import WORKER_WHO, QueueWorker, submit
+from fsm_agent.replay import replay_events
+from fsm_agent.tools import load_tools
+from stores import open_store
+from tests import queue_fixture
+from tests.queue_fixture import GATE_ENV, STEP_MS_ENV, expected
+
+ROOT = Path(__file__).parent.parent
+PG_ENV, PG_DEFAULT = "FSM_AGENT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test"
+MODEL = "python:tests.queue_fixture:oracle"
+TOOLS = "tests.queue_fixture"
+WAIT_S = 60.0  # generous: import-heavy worker processes on a loaded 2-core machine
+
+
+# --- backends -------------------------------------------------------------------------------
+
+
+def _unavailable(why: str) -> None:
+    if os.environ.get("FSM_AGENT_PG_TESTS") == "require":
+        pytest.fail(f"PostgreSQL tests required (FSM_AGENT_PG_TESTS=require): {why}")
+    pytest.skip(f"PostgreSQL: {why}")
+
+
+def with_search_path(dsn: str, schema: str) -> str:
+    """`dsn` (a postgresql:// URL) whose sessions use `schema` (libpq `options`)."""
+    parts = urllib.parse.urlsplit(dsn)
+    query = [*urllib.parse.parse_qsl(parts.query), ("options", f"-csearch_path={schema}")]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+@pytest.fixture
+def pg_location() -> Iterator[str]:
+    """A DSN on a fresh PostgreSQL schema, dropped afterwards."""
+    try:
+        importlib.import_module("stores.postgres")
+        psycopg = importlib.import_module("psycopg")
+    except ImportError as exc:
+        _unavailable(f"stores.postgres is not importable ({exc})")
+    dsn = os.environ.get(PG_ENV, PG_DEFAULT)
+    try:
+        admin = psycopg.connect(dsn, autocommit=True, connect_timeout=3)
+    except psycopg.Error as exc:
+        _unavailable(f"no server at {dsn} ({exc})")
+    schema = f"fsm_queue_{uuid.uuid4().hex[:12]}"
+    identifier = psycopg.sql.Identifier(schema)
+    admin.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(identifier))
+    try:
+        yield with_search_path(dsn, schema)
+    finally:
+        admin.execute(psycopg.sql.SQL("DROP SCHEMA {} CASCADE").format(identifier))
+        admin.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the journal lives: a SQLite file, or a PostgreSQL DSN (fresh schema)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "journal.db")
+    location: str = request.getfixturevalue("pg_location")
+    return location
+
+
+@pytest.fixture
+def qstore(backend: str) -> Iterator[Store]:
+    store = open_store(backend)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+# --- the store's queue ----------------------------------------------------------------------
+
+
+def test_submit_freezes_the_declaration_and_the_budgets(qstore: Store) -> None:
+    job = submit(qstore, "agent_loop", "steps 2", {"max_steps": 5, "max_cost": None})
+    [queued] = qstore.jobs()
+    assert queued == job
+    assert (job.status, job.owner, job.lease_until, job.attempts) == ("queued", None, None, 0)
+    assert job.machine == "agent_loop"
+    assert "name: agent_loop" in job.machine_text
+    assert job.budgets.max_steps == 5
+    assert job.budgets.max_cost == 1.0
+    assert len(job.run_id) == 12
+
+
+def test_a_bad_submission_is_refused_before_anything_is_queued(qstore: Store) -> None:
+    with pytest.raises(Exception, match="budget max_steps"):
+        submit(qstore, "agent_loop", "steps 2", {"max_steps": 0})
+    with pytest.raises(Exception, match="no declared machine"):
+        submit(qstore, "no_such_machine", "steps 2")
+    with pytest.raises(Exception, match="task must be"):
+        submit(qstore, "agent_loop", "  ")
+    assert qstore.jobs() == []
+
+
+def test_a_run_id_is_queued_once_and_never_over_a_journaled_run(
+    qstore: Store, tmp_path: Path
+) -> None:
+    submit(qstore, "agent_loop", "steps 1", run_id="r1")
+    with pytest.raises(JournalError, match="already queued or journaled"):
+        submit(qstore, "agent_loop", "steps 1", run_id="r1")
+    run("agent_loop", task="x", model=ScriptedModel([{"handoff": {"why": "test"}}]),
+        store=qstore, run_id="r2", record_path=tmp_path / "r2.json")  # fmt: skip
+    with pytest.raises(JournalError, match="already queued or journaled"):
+        submit(qstore, "agent_loop", "steps 1", run_id="r2")
+    assert [j.run_id for j in qstore.jobs()] == ["r1"]
+
+
+def test_lease_takes_the_oldest_job_and_never_one_that_is_leased(qstore: Store) -> None:
+    first = submit(qstore, "agent_loop", "steps 1")
+    second = submit(qstore, "agent_loop", "steps 2")
+    a = qstore.lease_job("a", 30)
+    b = qstore.lease_job("b", 30)
+    assert qstore.lease_job("c", 30) is None
+    assert a is not None
+    assert b is not None
+    assert (a.run_id, b.run_id) == (first.run_id, second.run_id)
+    assert (a.status, a.owner, a.attempts) == ("leased", "a", 1)
+    assert a.lease_until is not None
+    assert abs(a.lease_until - (time.time() + 30)) < 5
+    assert [j.run_id for j in qstore.jobs("leased")] == [first.run_id, second.run_id]
+    assert qstore.jobs("queued") == []
+    assert qstore.jobs("done") == []
+
+
+def test_only_the_owner_renews_or_releases(qstore: Store) -> None:
+    job = submit(qstore, "agent_loop", "steps 1")
+    leased = qstore.lease_job("a", 30)
+    assert leased is not None
+    assert not qstore.renew_lease(job.run_id, "b", 30)
+    assert not qstore.release_job(job.run_id, "b", "done")
+    assert qstore.renew_lease(job.run_id, "a", 60)
+    [renewed] = qstore.jobs()
+    assert renewed.lease_until is not None
+    assert leased.lease_until is not None
+    assert renewed.lease_until > leased.lease_until
+    assert qstore.release_job(job.run_id, "a", "queued")
+    [back] = qstore.jobs()
+    assert (back.status, back.owner, back.lease_until, back.attempts) == ("queued", None, None, 1)
+    assert not qstore.renew_lease(job.run_id, "a", 30)  # released: no longer a's
+    again = qstore.lease_job("b", 30)
+    assert again is not None
+    assert (again.owner, again.attempts) == ("b", 2)
+    assert qstore.release_job(job.run_id, "b", "done")
+    [done] = qstore.jobs("done")
+    assert (done.status, done.owner, done.lease_until) == ("done", "b", None)
+    assert qstore.lease_job("a", 30) is None  # a done job is never leased again
+    assert not qstore.release_job(job.run_id, "b", "queued")
+
+
+def test_an_expired_lease_is_taken_over_and_the_stale_owner_refused(qstore: Store) -> None:
+    job = submit(qstore, "agent_loop", "steps 1")
+    assert qstore.lease_job("stale", 0.05) is not None
+    assert qstore.lease_job("other", 30) is None  # still held
+    time.sleep(0.15)
+    assert qstore.renew_lease(job.run_id, "stale", 0.05)  # expired, but nobody took it yet
+    time.sleep(0.15)
+    taken = qstore.lease_job("other", 30)
+    assert taken is not None
+    assert (taken.owner, taken.attempts) == ("other", 2)
+    assert not qstore.renew_lease(job.run_id, "stale", 30)
+    assert not qstore.release_job(job.run_id, "stale", "queued")
+    assert qstore.renew_lease(job.run_id, "other", 30)
+    assert qstore.release_job(job.run_id, "other", "done")
+
+
+def test_concurrent_leasers_never_share_a_job(backend: str) -> None:
+    """8 threads, each with its own store, lease 60 jobs as fast as they can."""
+    setup = open_store(backend)
+    ids = {submit(setup, "agent_loop", f"steps {i}").run_id for i in range(60)}
+    setup.close()
+    taken: list[list[str]] = [[] for _ in range(8)]
+
+    def lease_all(mine: list[str], owner: str) -> None:
+        store = open_store(backend)
+        try:
+            while (job := store.lease_job(owner, 30)) is not None:
+                mine.append(job.run_id)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=lease_all, args=(taken[i], f"o{i}")) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S)
+    every = [run_id for mine in taken for run_id in mine]
+    assert sorted(every) == sorted(ids)  # each exactly once
+
+
+# --- journal checks -------------------------------------------------------------------------
+
+
+def _pid_of(event: Event) -> int | None:
+    """The process that made this event's model reply or ran its tool (queue_fixture)."""
+    facts = event.facts
+    if facts is None:
+        return None
+    if facts.tool is not None and isinstance(facts.tool.observation, dict):
+        return int(facts.tool.observation["pid"])
+    proposal = event.snapshot.proposal
+    if facts.action == "model" and isinstance(proposal, ToolCall):
+        return int(proposal.args["by"])
+    return None
+
+
+def writers(events: list[Event]) -> list[int]:
+    """The processes that drove the run, in order, one per stretch between `resumed` events;
+    fails if an event in a stretch came from any other process than its owner's."""
+    owners: list[int] = []
+    owner: int | None = None
+    for e in events:
+        if e.kind == "resumed":
+            assert e.note is not None
+            owner = int(e.note.split()[3])  # "resumed by pid N on HOST"
+            owners.append(owner)
+            continue
+        pid = _pid_of(e)
+        if pid is None:
+            continue
+        if owner is None:
+            owner = pid
+            owners.append(owner)
+        assert pid == owner, f"run {e.run_id} seq {e.seq}: written by {pid}, owned by {owner}"
+    return owners
+
+
+def assert_journal_sound(location: str, records: Path, *, replay: bool = False) -> list[Job]:
+    """Every job done; every run halted once, as its task says, gap-free, chained, with
+    its record file; never two writers at once."""
+    store = open_store(location)
+    try:
+        jobs = store.jobs()
+        assert [j for j in jobs if j.status != "done"] == []
+        for job in jobs:
+            row = store.get_run(job.run_id)
+            events = store.events(job.run_id)
+            assert row.status == "halted", job
+            assert row.halt_reason is not None
+            assert row.halt_reason.value in expected(job.task), (job.task, row.record)
+            assert [e.seq for e in events] == list(range(len(events)))
+            assert [e.halt for e in events if e.halt is not None] == [row.halt_reason]
+            assert verify_run(store, job.run_id).ok
+            assert read_record(records / f"{job.run_id}.json") == row.record
+            writers(events)
+            if replay:
+                assert replay_events(row, events).ok, job.run_id
+        return jobs
+    finally:
+        store.close()
+
+
+# --- a worker in this process ---------------------------------------------------------------
+
+
+def worker(location: str, records: Path, **options: Any) -> QueueWorker:
+    options.setdefault("poll_s", 0.02)
+    return QueueWorker(
+        location,
+        model=lambda: load_model(MODEL),
+        tools=lambda: load_tools(TOOLS),
+        records=records,
+        **options,
+    )
+
+
+def in_background(w: QueueWorker) -> tuple[threading.Thread, list[int]]:
+    code: list[int] = []
+    thread = threading.Thread(target=lambda: code.append(w.serve()), daemon=True)
+    thread.start()
+    return thread, code
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = WAIT_S) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def events_of(location: str, run_id: str) -> list[Event]:
+    store = open_store(location)
+    try:
+        return store.events(run_id)
+    except Exception:
+        return []
+    finally:
+        store.close()
+
+
+TASKS = [("steps 3", None), ("handoff", None), ("loop", {"max_steps": 3}), ("charge 2", None)]
+
+
+def test_a_worker_drives_every_job_to_its_expected_halt(qstore: Store, backend: str,
+                                                        tmp_path: Path) -> None:  # fmt: skip
+    for task, budgets in TASKS * 3:
+        submit(qstore, "agent_loop", task, budgets)
+    lines: list[str] = []
+    w = worker(backend, tmp_path / "records", concurrency=3, idle_exit=True, log=lines.append)
+    assert w.serve() == 0
+    jobs = assert_journal_sound(backend, tmp_path / "records", replay=True)
+    assert {j.attempts for j in jobs} == {1}
+    assert w.outcomes == {"halted": 12}
+    assert sum(" leased (attempt 1)" in line for line in lines) == 12
+    assert any(line.endswith("halted completed (3 steps)") for line in lines), lines
+    assert not [p for p in (tmp_path / "records").iterdir() if p.name.startswith(".")]
+
+
+def test_max_jobs_stops_after_that_many(qstore: Store, backend: str, tmp_path: Path) -> None:
+    for _ in range(5):
+        submit(qstore, "agent_loop", "steps 1")
+    assert worker(backend, tmp_path / "records", concurrency=2, max_jobs=3).serve() == 0
+    assert [j.status for j in qstore.jobs()].count("done") == 3
+
+
+class _Crash(BaseException):
+    """Stops a run between two commits, as a killed process would."""
+
+
+def _crash_after(count: int) -> Callable[[Event], None]:
+    def on_transition(event: Event) -> None:
+        if event.seq + 1 >= count:
+            raise _Crash
+
+    return on_transition
+
+
+def test_a_run_left_mid_way_is_resumed_and_one_already_halted_only_released(
+    qstore: Store, backend: str, tmp_path: Path
+) -> None:
+    cut = submit(qstore, "agent_loop", "steps 3")
+    halted = submit(qstore, "agent_loop", "handoff")
+    # A worker leased both, got one run half-way and the other to its halt, and died.
+    assert [qstore.lease_job("dead", 0.05) for _ in range(2)] == [
+        attrs.evolve(job, status="leased", owner="dead", lease_until=ANY, attempts=1)
+        for job in (cut, halted)
+    ]
+    with pytest.raises(_Crash):
+        run("agent_loop", task=cut.task, model=load_model(MODEL), tools=load_tools(TOOLS),
+            store=qstore, run_id=cut.run_id, record_path=tmp_path / "cut.json",
+            handle_signals=False, on_transition=_crash_after(4))  # fmt: skip
+    finished = run("agent_loop", task=halted.task, model=load_model(MODEL),
+                   tools=load_tools(TOOLS), store=qstore, run_id=halted.run_id,
+                   record_path=tmp_path / "halted.json")  # fmt: skip
+    time.sleep(0.1)  # the dead worker's leases expire
+    lines: list[str] = []
+    assert worker(backend, tmp_path / "records", idle_exit=True, log=lines.append).serve() == 0
+    assert_journal_sound(backend, tmp_path / "records", replay=True)
+    assert [e.kind for e in events_of(backend, cut.run_id)].count("resumed") == 1
+    assert [e.kind for e in events_of(backend, halted.run_id)].count("resumed") == 0
+    assert read_record(tmp_path / "records" / f"{halted.run_id}.json") == finished
+    assert any(f"run {halted.run_id} had already halted handoff_requested" in x for x in lines)
+    assert {j.attempts for j in qstore.jobs()} == {2}
+
+
+def test_a_lost_lease_pauses_the_run_and_the_new_owner_finishes_it(
+    qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = tmp_path / "gate"
+    monkeypatch.setenv(GATE_ENV, str(gate))
+    job = submit(qstore, "agent_loop", "gated steps 2")
+    lines: list[str] = []
+    # The heartbeat comes too late to keep a 0.2 s lease: a thief takes the job meanwhile.
+    w = worker(backend, tmp_path / "records", lease_s=0.2, heartbeat_s=1.0, idle_exit=True,
+               log=lines.append)  # fmt: skip
+    thread, code = in_background(w)
+    wait_for("the run to start", lambda: events_of(backend, job.run_id))
+    time.sleep(0.3)
+    assert qstore.lease_job("thief", 30) is not None
+    wait_for("the lease loss", lambda: any("lost its lease" in x for x in lines))
+    gate.touch()  # the run goes on to its next model call, and pauses there
+    wait_for("the stale release", lambda: any("lease had been lost" in x for x in lines))
+    last = events_of(backend, job.run_id)[-1]
+    assert last.kind == "operator"
+    assert last.trigger == "pause"
+    assert last.note is not None
+    assert last.note.startswith(f"paused by {WORKER_WHO} ")
+    assert qstore.get_run(job.run_id).status == "paused"
+    assert qstore.release_job(job.run_id, "thief", "queued")  # the thief gives it back
+    thread.join(WAIT_S)
+    assert code == [0]
+    assert_journal_sound(backend, tmp_path / "records", replay=True)
+    assert [j.attempts for j in qstore.jobs()] == [3]
+
+
+def test_a_persons_pause_takes_the_job_out_of_the_queue(
+    qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = tmp_path / "gate"
+    monkeypatch.setenv(GATE_ENV, str(gate))
+    job = submit(qstore, "agent_loop", "gated steps 2")
+    lines: list[str] = []
+    thread, code = in_background(worker(backend, tmp_path / "r", idle_exit=True,
+                                        log=lines.append))  # fmt: skip
+    wait_for("the run to start", lambda: events_of(backend, job.run_id))
+    time.sleep(0.2)  # the run waits in its first model call
+    qstore.add_control(Control(id=0, run_id=job.run_id, kind="pause", payload={}, who="alice",
+                               why="look first", at="2026-01-01T00:00:00Z"))  # fmt: skip
+    gate.touch()
+    thread.join(WAIT_S)
+    assert code == [0]
+    [done] = qstore.jobs()
+    assert done.status == "done"
+    assert qstore.get_run(job.run_id).status == "paused"
+    assert any("paused by a person" in x for x in lines), lines
+    record = resume_run(job.run_id, model=load_model(MODEL), tools=load_tools(TOOLS),
+                        store=qstore, record_path=tmp_path / "resumed.json")  # fmt: skip
+    assert record.halt_reason.value == "completed"
+
+
+def test_stop_pauses_the_runs_in_flight_and_gives_them_back(
+    qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = tmp_path / "gate"
+    monkeypatch.setenv(GATE_ENV, str(gate))
+    ids = [submit(qstore, "agent_loop", "gated steps 2").run_id for _ in range(3)]
+    w = worker(backend, tmp_path / "records", concurrency=2, drain_s=30)
+    thread, code = in_background(w)
+    wait_for("two runs", lambda: all(events_of(backend, i) for i in ids[:2]))
+    w.stop()
+    time.sleep(0.1)
+    gate.touch()
+    thread.join(WAIT_S)
+    assert code == [0]
+    assert w.outcomes == {"paused": 2}
+    jobs = {j.run_id: j for j in qstore.jobs()}
+    assert [jobs[i].status for i in ids] == ["queued"] * 3
+    assert [jobs[i].attempts for i in ids] == [1, 1, 0]
+    assert [qstore.get_run(i).status for i in ids[:2]] == ["paused", "paused"]
+    assert worker(backend, tmp_path / "records", idle_exit=True).serve() == 0
+    assert_journal_sound(backend, tmp_path / "records", replay=True)
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_cli_submit_and_queue(backend: str) -> None:
+    result = invoke("submit", "agent_loop", "--task", "steps 2", "--max-steps", "4",
+                    "--db", backend)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    run_id = result.output.strip()
+    assert len(run_id) == 12
+    listed = invoke("queue", "--db", backend)
+    assert listed.exit_code == 0
+    assert run_id in listed.output
+    assert "queued" in listed.output
+    as_json = json.loads(invoke("queue", "--db", backend, "--json", "--status", "queued").output)
+    assert [(j["run_id"], j["budgets"]["max_steps"]) for j in as_json] == [(run_id, 4)]
+    assert "no leased jobs" in invoke("queue", "--db", backend, "--status", "leased").output
+    bad = invoke("submit", "agent_loop", "--task", "x", "--max-steps", "0", "--db", backend)
+    assert bad.exit_code == 2
+    assert "Error: budget max_steps" in bad.output
+
+
+def test_cli_worker_refuses_bad_input_before_leasing(backend: str, tmp_path: Path) -> None:
+    invoke("submit", "agent_loop", "--task", "steps 1", "--db", backend)
+    base = ["worker", "--db", backend, "--records", str(tmp_path / "r"), "--idle-exit"]
+    no_tools = invoke(*base, "--tools", "no.such.module", "--model", MODEL)
+    assert no_tools.exit_code == 2
+    assert "no.such.module" in no_tools.output
+    no_model = invoke(*base, "--tools", TOOLS, "--model", "python:tests.queue_fixture:nope")
+    assert no_model.exit_code == 2
+    assert "nope" in no_model.output
+    assert "queued" in invoke("queue", "--db", backend).output
+
+
+# --- worker processes -----------------------------------------------------------------------
+
+
+def start_worker(location: str, tmp_path: Path, name: str, *args: str,
+                 env: dict[str, str] | None = None) -> subprocess.Popen[str]:  # fmt: skip
+    """`python -m fsm_agent worker …` with the queue fixture; stderr to tmp_path/NAME.log."""
+    command = [sys.executable, "-m", "fsm_agent", "worker", "--db", location, "--tools", TOOLS,
+               "--model", MODEL, "--records", str(tmp_path / "records"), *args]  # fmt: skip
+    log = (tmp_path / f"{name}.log").open("w", encoding="utf-8")
+    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, **(env or {})},
+                            stdout=log, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+def finish(process: subprocess.Popen[str], timeout: float = WAIT_S) -> int:
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+
+
+def _many_workers(location: str, tmp_path: Path, workers: int, runs: int) -> float:
+    store = open_store(location)
+    kinds = [("steps 2", None), ("handoff", None), ("loop", {"max_steps": 2}), ("charge 1", None)]
+    for i in range(runs):
+        task, budgets = kinds[i % len(kinds)]
+        submit(store, "agent_loop", task, budgets)
+    store.close()
+    started = time.monotonic()
+    processes = [start_worker(location, tmp_path, f"w{n}", "--concurrency", "2", "--idle-exit")
+                 for n in range(workers)]  # fmt: skip
+    codes = [finish(p, 300) for p in processes]
+    seconds = time.monotonic() - started
+    logs = [(tmp_path / f"w{n}.log").read_text(encoding="utf-8") for n in range(workers)]
+    assert codes == [0] * workers, logs
+    jobs = assert_journal_sound(location, tmp_path / "records")
+    assert len(jobs) == runs
+    assert {j.attempts for j in jobs} == {1}
+    assert sum(log.count(" leased (attempt 1)") for log in logs) == runs
+    return seconds
+
+
+def test_worker_processes_run_every_job_exactly_once(backend: str, tmp_path: Path) -> None:
+    _many_workers(backend, tmp_path, workers=2, runs=20)
+
+
+@pytest.mark.slow
+def test_four_worker_processes_run_two_hundred_jobs(backend: str, tmp_path: Path) -> None:
+    seconds = _many_workers(backend, tmp_path, workers=4, runs=200)
+    print(f"\nqueue: 4 worker processes x 2 threads, 200 runs in {seconds:.1f} s")
+
+
+def _epoch(wall_time: str) -> float:
+    return datetime.datetime.fromisoformat(wall_time).timestamp()
+
+
+def _held_by(location: str, pid: int) -> list[Job]:
+    store = open_store(location)
+    try:
+        return [j for j in store.jobs("leased") if j.owner and j.owner.endswith(f":{pid}")]
+    finally:
+        store.close()
+
+
+def _in_flight(location: str, pid: int, events: int) -> list[Job]:
+    """The jobs `pid` holds, once each of its runs has journaled at least `events` events."""
+    held = _held_by(location, pid)
+    enough = len(held) == 2 and all(len(events_of(location, j.run_id)) >= events for j in held)
+    return held if enough else []
+
+
+def test_a_worker_killed_mid_run_is_taken_over_after_its_lease(
+    backend: str, tmp_path: Path
+) -> None:
+    store = open_store(backend)
+    for i in range(8):
+        submit(store, "agent_loop", "charge 3" if i % 4 == 3 else "steps 3")
+    env = {STEP_MS_ENV: "150"}
+    doomed = start_worker(backend, tmp_path, "doomed", "--concurrency", "2", "--lease-s", "1",
+                          env=env)  # fmt: skip
+    victims = wait_for("two runs in flight", lambda: _in_flight(backend, doomed.pid, 3))
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(WAIT_S)
+    killed_at = time.time()
+    leases = {j.run_id: j.lease_until for j in store.jobs("leased")}
+    heir = start_worker(backend, tmp_path, "heir", "--concurrency", "2", "--lease-s", "1",
+                        "--idle-exit", env=env)  # fmt: skip
+    assert finish(heir) == 0, (tmp_path / "heir.log").read_text(encoding="utf-8")
+    jobs = {j.run_id: j for j in assert_journal_sound(backend, tmp_path / "records")}
+    for victim in victims:
+        events = store.events(victim.run_id)
+        [resumed] = [e for e in events if e.kind == "resumed"]
+        assert writers(events) == [doomed.pid, heir.pid]
+        assert _epoch(resumed.wall_time) >= (leases[victim.run_id] or killed_at) - 0.01
+        assert jobs[victim.run_id].attempts == 2
+    store.close()
+
+
+def test_sigterm_pauses_the_runs_in_flight_and_releases_them(backend: str, tmp_path: Path) -> None:
+    store = open_store(backend)
+    ids = [submit(store, "agent_loop", "steps 4").run_id for _ in range(3)]
+    env = {STEP_MS_ENV: "200"}
+    first = start_worker(backend, tmp_path, "first", "--concurrency", "2", "--drain-s", "8",
+                         env=env)  # fmt: skip
+    held = wait_for("two runs in flight", lambda: _in_flight(backend, first.pid, 2))
+    asked = time.monotonic()
+    first.send_signal(signal.SIGTERM)
+    assert finish(first) == 0, (tmp_path / "first.log").read_text(encoding="utf-8")
+    assert time.monotonic() - asked < 8
+    log = (tmp_path / "first.log").read_text(encoding="utf-8")
+    assert "SIGTERM: no more leases; pausing 2 run(s) in flight" in log
+    for job in held:
+        assert store.get_run(job.run_id).status == "paused"
+        assert f"run {job.run_id} paused at step" in log
+    assert [j.status for j in store.jobs()] == ["queued"] * 3
+    second = start_worker(backend, tmp_path, "second", "--concurrency", "2", "--idle-exit",
+                          env=env)  # fmt: skip
+    assert finish(second) == 0
+    assert_journal_sound(backend, tmp_path / "records")
+    for job in held:
+        assert writers(store.events(job.run_id)) == [first.pid, second.pid]
+    assert {j.run_id for j in held} <= set(ids)
+    store.close()
+
+
+@pytest.mark.slow
+def test_sigterm_past_the_drain_deadline_leaves_the_run_to_its_lease(
+    backend: str, tmp_path: Path
+) -> None:
+    store = open_store(backend)
+    job = submit(store, "agent_loop", "steps 2")
+    slow = start_worker(backend, tmp_path, "slow", "--drain-s", "0.3", "--lease-s", "1",
+                        env={STEP_MS_ENV: "2500"})  # fmt: skip
+    wait_for("the run in its tool call", lambda: len(events_of(backend, job.run_id)) >= 2)
+    asked = time.monotonic()
+    slow.send_signal(signal.SIGTERM)
+    assert finish(slow) == 128 + signal.SIGTERM
+    assert time.monotonic() - asked < 3
+    assert "drain deadline passed with 1 run(s) in flight" in (tmp_path / "slow.log").read_text(
+        encoding="utf-8"
+    )
+    [left] = store.jobs()
+    assert left.status == "leased"  # not released: its lease runs out instead
+    heir = start_worker(backend, tmp_path, "heir", "--idle-exit", "--lease-s", "1")
+    assert finish(heir) == 0
+    assert_journal_sound(backend, tmp_path / "records")
+    assert writers(store.events(job.run_id)) == [slow.pid, heir.pid]
+    store.close()
+
+
+def test_the_fixture_names_every_halt() -> None:
+    assert queue_fixture.expected("charge 2") == {"completed", "side_effect_unknown"}

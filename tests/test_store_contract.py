@@ -1,0 +1,1083 @@
+"""The store contract: every journal backend passes the same tests.
+
+The `store` fixture is parametrized over the backends: SQLite (a fresh file) and
+PostgreSQL (a fresh schema on the server `FSM_AGENT_TEST_PG` names, default
+`postgresql://postgres@127.0.0.1:5432/test`, dropped afterwards). Without a reachable server
+the PostgreSQL cases are skipped, saying why, unless `FSM_AGENT_PG_TESTS=require` (CI), which
+makes that a failure. A `Backend` gives each test what it needs beside the store: more stores
+on the same journal, and raw SQL as someone with the database in hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from click.testing import CliRunner
+
+from fsm_agent import serde
+from fsm_agent.budgets import Budgets, Meters
+from fsm_agent.chain import verify_run
+from fsm_agent.cli import cli
+from fsm_agent.errors import JournalError, RunNotFound
+from fsm_agent.halt import HaltReason
+from fsm_agent.journal import Control, Event, Facts, GuardResult, Job, RunRow, Store
+from fsm_agent.models import ScriptedModel
+from fsm_agent.proposals import FinalAnswer, ToolCall
+from fsm_agent.receipts import Receipt
+from fsm_agent.record import HaltRecord, HandoffPacket, ToolCallEntry, read_record
+from fsm_agent.replay import replay_events
+from fsm_agent.runfile import RunExistsError, export_run, import_run
+from fsm_agent.snapshot import Snapshot, ToolOutcome
+from stores import is_dsn, open_store, redact_dsn
+from tests.child_writer import expected_halt
+from tests.child_writer import run_id as writer_run_id
+from tests.lab import LOOKUP, MISS, lab_run
+
+ROOT = Path(__file__).parent.parent
+PG_DSN = os.environ.get("FSM_AGENT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+PG_REQUIRED = os.environ.get("FSM_AGENT_PG_TESTS") == "require"
+ANSWER = {"answer": "swordfish"}
+
+# --- sample journal entries (also used by tests/test_store_sqlite.py) ---------------------------
+
+BUDGETS = Budgets(
+    max_steps=8, wall_clock_ms=15000, max_cost=1.0, tool_timeout_ms=5000, max_retries=2
+)
+RECEIPTS = (Receipt(status=200, id="cap_1", idempotency_key="k-1", checksum="sha:ab"),)
+
+
+def run_row(run_id: str = "run-1", started_at: str = "2025-01-01T00:00:00Z") -> RunRow:
+    return RunRow(
+        run_id=run_id,
+        machine="agent_loop",
+        machine_sha256="f" * 64,
+        machine_text="name: agent_loop\n",
+        task="find the lab password",
+        budgets=BUDGETS,
+        state="drafting",
+        status="running",
+        started_at=started_at,
+        pid=4242,
+    )
+
+
+def snapshot(state: str = "drafting", steps: int = 0, **kw: object) -> Snapshot:
+    return Snapshot(
+        state=state,
+        outcome=None,
+        next_action="model",
+        clock_ms=steps * 10,
+        budgets=BUDGETS,
+        meters=Meters(steps_used=steps, elapsed_ms=steps * 10),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def started(run_id: str = "run-1") -> Event:
+    return Event(
+        run_id=run_id,
+        seq=0,
+        kind="started",
+        at_ms=0,
+        wall_time="2025-01-01T00:00:00Z",
+        source=None,
+        dest="drafting",
+        trigger=None,
+        snapshot=snapshot(),
+        note="started by test",
+    )
+
+
+def transition(seq: int, run_id: str = "run-1") -> Event:
+    tool = ToolOutcome(
+        name="lookup",
+        args={"q": "again", "n": [1, 2.5, None]},
+        status="returned",
+        receipts=RECEIPTS,
+        observation={"text": "No exact match. Refine your query — 🔁"},
+        final=None,
+        cost=0.01,
+        duration_ms=12,
+    )
+    return Event(
+        run_id=run_id,
+        seq=seq,
+        kind="transition",
+        at_ms=seq * 10,
+        wall_time=f"2025-01-01T00:00:0{seq % 10}Z",
+        source="drafting",
+        dest="tool_pending",
+        trigger="tool_call",
+        snapshot=snapshot(
+            steps=seq,
+            proposal=ToolCall(name="lookup", args={"q": "again"}, ignored=("done",)),
+            tool=tool,
+            allowlist=("lookup",),
+        ),
+        guards=(
+            GuardResult(transition=0, guard="not tool_allowed", result=False),
+            GuardResult(transition=3, guard="thrashing", result=False),
+        ),
+        check=(GuardResult(transition=19, guard="budget_tripped", result=False),),
+        facts=Facts(action="model", reply={"tool_call": {"name": "lookup"}}, reply_cost=0.002),
+        retry=seq % 2 == 0,
+    )
+
+
+def halt_record(run_id: str = "run-1") -> HaltRecord:
+    return HaltRecord(
+        task="find the lab password",
+        max_steps=8,
+        wall_clock_ms=15000,
+        steps_used=3,
+        tool_calls=(
+            ToolCallEntry(
+                step=1, name="lookup", args={"q": "again"}, status="returned", receipts=RECEIPTS
+            ),
+        ),
+        halt_reason=HaltReason.MAX_STEPS,
+        answer="cannot: step budget",
+        run_id=run_id,
+        machine="agent_loop",
+        machine_sha256="f" * 64,
+        terminal_state="budget_exhausted",
+        budgets=BUDGETS,
+        meters=Meters(steps_used=3, tool_calls=1, cost=0.03, elapsed_ms=30),
+        started_at="2025-01-01T00:00:00Z",
+        ended_at="2025-01-01T00:00:09Z",
+        journal="journal.db",
+        handoff=HandoffPacket(why="cap", tried=("lookup",), frozen_args={"q": "again"}),
+    )
+
+
+def job(run_id: str, submitted_at: str = "2025-01-01T00:00:00Z") -> Job:
+    return Job(
+        run_id=run_id,
+        machine="agent_loop",
+        machine_text="name: agent_loop\n",
+        task=f"find the lab password ({run_id})",
+        budgets=BUDGETS,
+        submitted_at=submitted_at,
+    )
+
+
+# --- the backends ------------------------------------------------------------------------------
+
+
+class Backend:
+    """One journal of one backend, and raw access to it."""
+
+    name: str
+    location: str
+    #: What the database raises when raw SQL breaks a rule of the schema.
+    integrity_error: type[Exception]
+
+    def open(self) -> Store:
+        return open_store(self.location)
+
+    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement (`?` placeholders) as the journal's owner, committed."""
+        raise NotImplementedError
+
+    def tamper(self, *statements: str) -> None:
+        """What someone with the database in hand can do: switch off the append-only
+        triggers, then edit."""
+        raise NotImplementedError
+
+    def migrations(self) -> list[str]:
+        """The names of the applied migrations, in order."""
+        raise NotImplementedError
+
+    def add_migration(self, name: str) -> None:
+        """Record a migration this fsm-agent does not know (a newer one's)."""
+        raise NotImplementedError
+
+
+class SqliteBackend(Backend):
+    name = "sqlite"
+    integrity_error = sqlite3.IntegrityError
+
+    def __init__(self, path: Path) -> None:
+        self.location = str(path)
+
+    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        conn = sqlite3.connect(self.location, isolation_level=None)
+        try:
+            return conn.execute(statement, tuple(params)).fetchall()
+        finally:
+            conn.close()
+
+    def tamper(self, *statements: str) -> None:
+        self.sql("DROP TRIGGER IF EXISTS events_no_update")
+        self.sql("DROP TRIGGER IF EXISTS events_no_delete")
+        for statement in statements:
+            self.sql(statement)
+
+    def migrations(self) -> list[str]:
+        rows = self.sql("SELECT name FROM _sqlite_migrations WHERE migration_set = 'fsm_agent'")
+        return [r[0] for r in rows]
+
+    def add_migration(self, name: str) -> None:
+        self.sql(
+            "INSERT INTO _sqlite_migrations (migration_set, name, applied_at) VALUES (?, ?, ?)",
+            ("fsm_agent", name, "2099-01-01 00:00:00+00:00"),
+        )
+
+
+class PostgresBackend(Backend):
+    name = "postgres"
+
+    def __init__(self, location: str) -> None:
+        import psycopg
+
+        self.location = location
+        self.integrity_error = psycopg.errors.IntegrityConstraintViolation
+
+    def sql(self, statement: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(self.location, autocommit=True) as conn:
+            cursor = conn.execute(statement.replace("?", "%s"), tuple(params) or None)
+            return cursor.fetchall() if cursor.description else []
+
+    def tamper(self, *statements: str) -> None:
+        self.sql("ALTER TABLE events DISABLE TRIGGER events_no_update")
+        self.sql("ALTER TABLE events DISABLE TRIGGER events_no_delete")
+        for statement in statements:
+            self.sql(statement)
+
+    def migrations(self) -> list[str]:
+        return [r[0] for r in self.sql("SELECT name FROM fsm_agent_migrations ORDER BY name")]
+
+    def add_migration(self, name: str) -> None:
+        self.sql("INSERT INTO fsm_agent_migrations (name) VALUES (?)", (name,))
+
+
+def _pg_unavailable(dsn: str) -> str | None:
+    """Why the PostgreSQL tests cannot run here, or None."""
+    try:
+        import psycopg
+    except ModuleNotFoundError:
+        return "psycopg is not installed (pip install -e '.[test]')"
+    try:
+        psycopg.connect(dsn, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return (
+            f"no PostgreSQL server at {redact_dsn(dsn)} ({first}); set FSM_AGENT_TEST_PG to"
+            " a DSN of a database the tests may create schemas in"
+        )
+    return None
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    """The DSN of the test server, once it answered; skips (fails under
+    FSM_AGENT_PG_TESTS=require) when there is none."""
+    why = _pg_unavailable(PG_DSN)
+    if why is not None:
+        if PG_REQUIRED:
+            pytest.fail(f"FSM_AGENT_PG_TESTS=require: {why}")
+        pytest.skip(why)
+    return PG_DSN
+
+
+def with_search_path(dsn: str, schema: str) -> str:
+    """`dsn` with its tables looked up (and created) in `schema`."""
+    if is_dsn(dsn):
+        return f"{dsn}{'&' if '?' in dsn else '?'}options=-csearch_path%3D{schema}"
+    return f"{dsn} options=-csearch_path={schema}"
+
+
+@pytest.fixture
+def pg_location(pg_server: str) -> Iterator[str]:
+    """A fresh, empty schema on the test server (dropped afterwards), as a DSN."""
+    import psycopg
+    from psycopg import sql
+
+    schema = f"fsm_test_{secrets.token_hex(6)}"
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        yield with_search_path(pg_server, schema)
+    finally:
+        with psycopg.connect(pg_server, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return SqliteBackend(tmp_path / "journal.db")
+    return PostgresBackend(request.getfixturevalue("pg_location"))
+
+
+@pytest.fixture
+def store(backend: Backend) -> Iterator[Store]:
+    s = backend.open()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def other(backend: Backend) -> Iterator[Store]:
+    """A second store on the same journal (another process's connection)."""
+    s = backend.open()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+# --- writes and reads --------------------------------------------------------------------------
+
+
+def test_start_append_finish_then_read_back_equal_values(store: Store) -> None:
+    run = run_row()
+    store.start_run(run, started())
+    assert store.get_run("run-1") == run
+
+    events = [started(), transition(1), transition(2)]
+    store.append(events[1])
+    store.append(events[2])
+    assert store.events("run-1") == events
+    assert store.get_run("run-1") == attrs.evolve(run, state="tool_pending", steps_used=2)
+
+    record = halt_record()
+    store.finish_run(record)
+    finished = store.get_run("run-1")
+    assert finished == attrs.evolve(
+        run,
+        state="budget_exhausted",
+        status="halted",
+        steps_used=3,
+        halt_reason=HaltReason.MAX_STEPS,
+        ended_at="2025-01-01T00:00:09Z",
+        record=record,
+    )
+    assert store.list_runs() == [finished]
+
+
+def test_reopening_a_journal_keeps_its_runs(backend: Backend) -> None:
+    first = backend.open()
+    first.start_run(run_row(), started())
+    first.close()
+    second = backend.open()
+    try:
+        assert second.get_run("run-1") == run_row()
+        assert second.read_only is False  # type: ignore[attr-defined]
+    finally:
+        second.close()
+
+
+def test_list_runs_newest_first_with_limit(store: Store) -> None:
+    for i, started_at in enumerate(["2025-01-02", "2025-01-03", "2025-01-01"]):
+        store.start_run(run_row(f"run-{i}", started_at), started(f"run-{i}"))
+    assert [r.run_id for r in store.list_runs()] == ["run-1", "run-0", "run-2"]
+    assert [r.run_id for r in store.list_runs(limit=2)] == ["run-1", "run-0"]
+    assert store.run_ids() == ["run-2", "run-0", "run-1"]  # oldest first
+
+
+def test_ids_and_times_sort_as_bytes_whatever_the_locale(store: Store) -> None:
+    # SQLite compares text as bytes; a server's locale must not reorder the same journal.
+    for run_id in ["b", "B", "a-2", "a_1", "A"]:
+        store.start_run(run_row(run_id), started(run_id))
+    assert store.run_ids() == sorted(["b", "B", "a-2", "a_1", "A"])
+
+
+def test_events_are_ordered_by_seq_and_kept_per_run(store: Store) -> None:
+    store.start_run(run_row("a"), started("a"))
+    store.start_run(run_row("b"), started("b"))
+    for seq in (3, 1, 2):
+        store.append(transition(seq, "a"))
+    store.append(transition(1, "b"))
+    assert [e.seq for e in store.events("a")] == [0, 1, 2, 3]
+    assert [e.seq for e in store.events("b")] == [0, 1]
+    assert all(e.run_id == "a" for e in store.events("a"))
+
+
+def test_each_write_is_committed_and_visible_to_another_reader(
+    store: Store, other: Store, backend: Backend
+) -> None:
+    store.start_run(run_row(), started())
+    store.append(transition(1))
+    assert backend.sql("SELECT count(*) FROM events") == [(2,)]
+    # A live run's state and steps are read from its newest event, by any reader.
+    live = other.get_run("run-1")
+    assert (live.status, live.state, live.steps_used) == ("running", "tool_pending", 1)
+    assert [r.state for r in other.list_runs()] == ["tool_pending"]
+    store.finish_run(halt_record())  # a halted run's come from its row
+    assert (other.get_run("run-1").state, other.get_run("run-1").steps_used) == (
+        "budget_exhausted",
+        3,
+    )
+
+
+def test_duplicate_run_id_and_seq_raises_journal_error(store: Store) -> None:
+    store.start_run(run_row(), started())
+    store.append(transition(1))
+    dup = attrs.evolve(transition(1), dest="done", note="rewritten")
+    with pytest.raises(JournalError) as info:
+        store.append(dup)
+    assert info.value.run_id == "run-1"
+    assert info.value.path == store.location
+    # the failed write was rolled back whole: neither the event nor the run row changed
+    assert store.events("run-1")[1] == transition(1)
+    assert store.get_run("run-1").steps_used == 1
+    # and the store still works afterwards
+    store.append(transition(2))
+    assert [e.seq for e in store.events("run-1")] == [0, 1, 2]
+
+
+def test_duplicate_run_raises_journal_error(store: Store) -> None:
+    store.start_run(run_row(), started())
+    with pytest.raises(JournalError):
+        store.start_run(run_row(), started())
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE events SET dest = 'done' WHERE run_id = 'run-1'",
+        "UPDATE events SET snapshot = '{}'",
+        "DELETE FROM events WHERE seq = 1",
+        "DELETE FROM events",
+    ],
+)
+def test_events_are_append_only_even_through_raw_sql(
+    store: Store, backend: Backend, statement: str
+) -> None:
+    store.start_run(run_row(), started())
+    store.append(transition(1))
+    with pytest.raises(backend.integrity_error, match="append-only"):
+        backend.sql(statement)
+    assert store.events("run-1") == [started(), transition(1)]
+
+
+def test_finished_run_record_round_trips(store: Store) -> None:
+    store.start_run(run_row(), started())
+    record = attrs.evolve(halt_record(), halt_reason=HaltReason.COMPLETED, answer="42")
+    store.finish_run(record)
+    back = store.get_run("run-1").record
+    assert back == record
+    assert isinstance(back, HaltRecord)
+    assert back.handoff == HandoffPacket(why="cap", tried=("lookup",), frozen_args={"q": "again"})
+
+
+def test_final_answer_proposal_survives_the_journal(store: Store) -> None:
+    event = attrs.evolve(
+        transition(1),
+        snapshot=snapshot(steps=1, proposal=FinalAnswer(text="42", ignored=("done",))),
+    )
+    store.start_run(run_row(), started())
+    store.append(event)
+    assert store.events("run-1")[1].snapshot.proposal == FinalAnswer(text="42", ignored=("done",))
+
+
+def test_mark_run_sets_a_live_runs_owner_never_a_halted_ones(store: Store) -> None:
+    store.start_run(run_row(), started())
+    store.mark_run("run-1", "paused", None, None)
+    assert (store.get_run("run-1").status, store.get_run("run-1").pid) == ("paused", None)
+    store.mark_run("run-1", "running", 7, "host-b")
+    row = store.get_run("run-1")
+    assert (row.status, row.pid, row.host) == ("running", 7, "host-b")
+    store.finish_run(halt_record())
+    with pytest.raises(JournalError) as info:
+        store.mark_run("run-1", "running", 8, "host-c")
+    assert info.value.run_id == "run-1"
+    assert store.get_run("run-1").status == "halted"
+
+
+def test_run_summaries_filter_by_machine_and_start(store: Store) -> None:
+    store.start_run(run_row("a", "2025-01-01"), started("a"))
+    store.start_run(attrs.evolve(run_row("b", "2025-02-01"), machine="other"), started("b"))
+    store.start_run(run_row("c", "2025-03-01"), started("c"))
+    store.finish_run(halt_record("c"))
+    summaries = store.run_summaries()
+    assert [(s.run_id, s.machine) for s in summaries] == [
+        ("a", "agent_loop"),
+        ("c", "agent_loop"),
+        ("b", "other"),
+    ]
+    c = summaries[1]
+    assert (c.status, c.halt_reason, c.steps_used, c.max_steps, c.cost) == (
+        "halted",
+        HaltReason.MAX_STEPS,
+        3,
+        8,
+        0.03,
+    )
+    assert (summaries[0].status, summaries[0].cost) == ("running", None)
+    assert [s.run_id for s in store.run_summaries(machine="agent_loop")] == ["a", "c"]
+    assert [s.run_id for s in store.run_summaries(since="2025-02-01")] == ["c", "b"]
+
+
+# --- failures ----------------------------------------------------------------------------------
+
+
+def test_unknown_run_raises_run_not_found(store: Store) -> None:
+    store.start_run(run_row(), started())
+    with pytest.raises(RunNotFound) as info:
+        store.get_run("nope")
+    assert info.value.run_id == "nope"
+    assert info.value.path == store.location
+    with pytest.raises(RunNotFound):
+        store.events("nope")
+    with pytest.raises(RunNotFound):
+        store.chain("nope")
+
+
+def test_writes_for_a_run_not_in_the_journal_are_refused(store: Store) -> None:
+    # An orphan event or a halt record that lands nowhere would lose the run's history.
+    with pytest.raises(JournalError, match=r"FOREIGN KEY|no such run"):
+        store.append(transition(1, run_id="ghost"))
+    with pytest.raises(JournalError, match="no such run") as info:
+        store.finish_run(halt_record(run_id="ghost"))
+    assert info.value.run_id == "ghost"
+    with pytest.raises(JournalError):
+        store.mark_run("ghost", "paused", None, None)
+    assert store.list_runs() == []
+
+
+def test_a_newer_migration_is_refused(backend: Backend) -> None:
+    backend.open().close()
+    backend.add_migration("m999_from_the_future")
+    with pytest.raises(JournalError) as info:
+        backend.open()
+    assert "m999_from_the_future" in str(info.value)
+    assert "newer fsm-agent" in str(info.value)
+    assert info.value.path == backend.location
+    assert backend.location in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "snapshot_json",
+    [
+        '{"state": "drafting", "truncat',
+        '{"state": 1}',
+        "[]",
+        serde.dumps(snapshot())[:-1] + ',"x":1}',
+    ],
+    ids=["bad-json", "wrong-shape", "not-an-object", "extra-key"],
+)
+def test_corrupt_event_row_names_the_seq(
+    store: Store, backend: Backend, snapshot_json: str
+) -> None:
+    store.start_run(run_row(), started())
+    store.append(transition(1))
+    backend.sql(
+        "INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt,"
+        " retry, guards, checks, snapshot, facts, note)"
+        " VALUES ('run-1', 7, 'transition', 0, 'w', 'drafting', 'done', 'answer', NULL, 0,"
+        " '[]', '[]', ?, NULL, NULL)",
+        (snapshot_json,),
+    )
+    with pytest.raises(JournalError) as info:
+        store.events("run-1")
+    assert "corrupt event seq 7" in str(info.value)
+    assert info.value.run_id == "run-1"
+    assert backend.location in str(info.value)
+    # the live view does not fail on it: the run's row still reads
+    assert store.get_run("run-1").state == "done"
+
+
+def test_corrupt_run_row_names_the_run(store: Store, backend: Backend) -> None:
+    store.start_run(run_row(), started())
+    backend.sql("UPDATE runs SET budgets = '{\"max_steps\": \"8\"}' WHERE run_id = 'run-1'")
+    with pytest.raises(JournalError) as info:
+        store.get_run("run-1")
+    assert "corrupt runs row" in str(info.value)
+    assert info.value.run_id == "run-1"
+    with pytest.raises(JournalError, match="corrupt runs row"):
+        store.run_summaries()
+
+
+def test_a_closed_store_refuses_with_a_journal_error(backend: Backend) -> None:
+    s = backend.open()
+    s.close()
+    with pytest.raises(JournalError):
+        s.list_runs()
+
+
+# --- real runs, the chain, export and import ---------------------------------------------------
+
+
+def test_a_real_run_is_journaled_whole_and_replays(tmp_path: Path, store: Store) -> None:
+    record = lab_run(tmp_path, [MISS, LOOKUP, ANSWER], store=store)
+    assert record.halt_reason is HaltReason.COMPLETED
+    assert record.journal == store.location
+    events = store.events(record.run_id)
+    assert [e.seq for e in events] == list(range(len(events)))  # gap-free from 0
+    assert events[0].kind == "started"
+    assert events[-1].halt is HaltReason.COMPLETED
+    row = store.get_run(record.run_id)
+    assert row.record == record == read_record(tmp_path / "r.json")
+    assert (row.status, row.state, row.steps_used) == ("halted", "done", 3)
+    assert replay_events(row, events).ok
+    report = verify_run(store, record.run_id)
+    assert report.ok, report.findings
+    _, links, head = store.chain(record.run_id)
+    assert head == links[-1].hash == record.journal_head
+    assert [x.seq for x in links] == [e.seq for e in events]
+
+
+def test_an_edited_event_shows_at_its_seq(tmp_path: Path, store: Store, backend: Backend) -> None:
+    record = lab_run(tmp_path, [LOOKUP, ANSWER], store=store)
+    backend.tamper(
+        f"UPDATE events SET note = 'all fine' WHERE run_id = '{record.run_id}' AND seq = 2"  # noqa: S608
+    )
+    assert [(f.kind, f.seq) for f in verify_run(store, record.run_id).findings] == [("edited", 2)]
+
+
+def test_a_deleted_event_shows_as_the_missing_seq(
+    tmp_path: Path, store: Store, backend: Backend
+) -> None:
+    record = lab_run(tmp_path, [LOOKUP, ANSWER], store=store)
+    backend.tamper(f"DELETE FROM events WHERE run_id = '{record.run_id}' AND seq = 2")  # noqa: S608
+    assert [(f.kind, f.seq) for f in verify_run(store, record.run_id).findings] == [("deleted", 2)]
+
+
+def test_the_conditional_append_refuses_a_stale_head(store: Store, other: Store) -> None:
+    store.start_run(run_row(), started())  # `store` holds the head of seq 0
+    other.append(transition(1))  # another process moves the head on
+    with pytest.raises(JournalError, match="another process is writing this run") as info:
+        store.append(attrs.evolve(transition(2), note="chained onto seq 0"))
+    assert info.value.run_id == "run-1"
+    assert [e.seq for e in store.events("run-1")] == [0, 1]
+    assert verify_run(store, "run-1").ok
+    store.append(transition(2))  # having read the head again, it chains on
+    assert [e.seq for e in other.events("run-1")] == [0, 1, 2]
+    assert verify_run(other, "run-1").ok
+
+
+def test_export_import_round_trip_keeps_the_chain(
+    tmp_path: Path, store: Store, backend: Backend
+) -> None:
+    # A run made in a SQLite file moves into this journal hash for hash, and back out equal.
+    source = tmp_path / "source.db"
+    record = lab_run(tmp_path, [MISS, LOOKUP, ANSWER], store=source)
+    origin = open_store(source)
+    try:
+        exported = export_run(origin, record.run_id)
+    finally:
+        origin.close()
+    import_run(store, exported)
+    assert store.get_run(record.run_id) == exported.run
+    assert tuple(store.events(record.run_id)) == exported.events
+    _, links, head = store.chain(record.run_id)
+    assert head == exported.head_hash
+    assert [(x.prev_hash, x.hash) for x in links] == [(h.prev_hash, h.hash) for h in exported.chain]
+    assert verify_run(store, record.run_id).ok
+    assert export_run(store, record.run_id) == exported
+    with pytest.raises(RunExistsError):
+        import_run(store, exported)
+    with pytest.raises(JournalError, match="already in this journal"):
+        store.import_run(exported.run, exported.events, exported.record)
+    assert len(store.events(record.run_id)) == len(exported.events)
+    fresh = backend.open()
+    try:
+        assert verify_run(fresh, record.run_id).ok
+    finally:
+        fresh.close()
+
+
+def test_a_failed_import_leaves_nothing_behind(tmp_path: Path, store: Store) -> None:
+    record = lab_run(tmp_path, [LOOKUP, ANSWER], store=tmp_path / "source.db")
+    origin = open_store(tmp_path / "source.db")
+    exported = export_run(origin, record.run_id)
+    origin.close()
+    duplicated = (*exported.events, exported.events[-1])  # a duplicate seq fails mid-way
+    with pytest.raises(JournalError):
+        store.import_run(exported.run, duplicated, exported.record)
+    assert store.run_ids() == []
+    with pytest.raises(RunNotFound):
+        store.events(record.run_id)
+
+
+# --- operator controls -------------------------------------------------------------------------
+
+
+def test_operator_controls_per_run_and_global_in_order(store: Store) -> None:
+    store.start_run(run_row("a"), started("a"))
+    store.start_run(run_row("b"), started("b"))
+
+    def control(run_id: str | None, kind: Any, payload: dict[str, Any]) -> Control:
+        return Control(id=0, run_id=run_id, kind=kind, payload=payload, who="alice",
+                       why="incident 42", at="2025-01-01T00:00:05Z")  # fmt: skip
+
+    ids = [
+        store.add_control(control("a", "raise_budget", {"max_steps": 12})),
+        store.add_control(control(None, "freeze_routing", {})),
+        store.add_control(control("b", "pause", {})),
+        store.add_control(control("a", "pause", {"note": ["x", 1, None]})),
+    ]
+    assert ids == sorted(set(ids))
+    assert ids[0] > 0
+    for_a = store.controls("a")
+    assert [c.id for c in for_a] == [ids[0], ids[1], ids[3]]
+    assert for_a[0] == attrs.evolve(control("a", "raise_budget", {"max_steps": 12}), id=ids[0])
+    assert for_a[2].payload == {"note": ["x", 1, None]}
+    assert [c.id for c in store.controls("a", after=ids[1])] == [ids[3]]
+    assert [c.kind for c in store.controls("b")] == ["freeze_routing", "pause"]
+    with pytest.raises(JournalError):
+        store.add_control(control("ghost", "pause", {}))
+
+
+def test_a_control_is_applied_by_a_live_run_and_journaled(tmp_path: Path, store: Store) -> None:
+    added: list[int] = []
+
+    class RaisingOperator(ScriptedModel):
+        """A person raises the run's step cap while its first model call is in flight."""
+
+        def __call__(self, prompt: Any) -> Any:
+            if not added:
+                added.append(store.add_control(Control(
+                    id=0, run_id="ctl-run", kind="raise_budget", payload={"max_steps": 9},
+                    who="bob", why="incident 7", at="now")))  # fmt: skip
+            return super().__call__(prompt)
+
+    model = RaisingOperator([MISS, LOOKUP, ANSWER])
+    record = lab_run(tmp_path, model, store=store, run_id="ctl-run", budgets={"max_steps": 3})
+    assert record.halt_reason is HaltReason.COMPLETED
+    events = store.events("ctl-run")
+    [act] = [e for e in events if e.kind == "operator"]
+    assert (act.control, act.trigger) == (added[0], "raise_budget")
+    assert events[-1].snapshot.budgets.max_steps == 9
+    assert store.get_run("ctl-run").budgets.max_steps == 3  # the frozen start budgets
+    assert verify_run(store, "ctl-run").ok
+    assert replay_events(store.get_run("ctl-run"), events).ok
+
+
+# --- the run queue -----------------------------------------------------------------------------
+
+
+def test_enqueue_lists_jobs_oldest_first_and_refuses_a_used_id(store: Store) -> None:
+    store.enqueue(job("j-2", "2025-01-02T00:00:00Z"))
+    store.enqueue(job("j-1", "2025-01-01T00:00:00Z"))
+    assert store.jobs() == [job("j-1", "2025-01-01T00:00:00Z"), job("j-2", "2025-01-02T00:00:00Z")]
+    assert store.jobs("queued") == store.jobs()
+    assert store.jobs("leased") == []
+    with pytest.raises(JournalError) as info:
+        store.enqueue(job("j-1", "2025-01-09T00:00:00Z"))  # already queued
+    assert info.value.run_id == "j-1"
+    store.start_run(run_row("journaled"), started("journaled"))
+    with pytest.raises(JournalError):
+        store.enqueue(job("journaled"))  # already a run in the journal
+    assert [j.run_id for j in store.jobs()] == ["j-1", "j-2"]
+
+
+def test_lease_takes_the_oldest_and_never_the_same_job_twice(store: Store, other: Store) -> None:
+    assert store.lease_job("w1", 30) is None  # an empty queue
+    for i, at in enumerate(["2025-01-03", "2025-01-01", "2025-01-02"]):
+        store.enqueue(job(f"j-{i}", at))
+    first = store.lease_job("w1", 30)
+    assert first is not None
+    assert (first.run_id, first.status, first.owner, first.attempts) == ("j-1", "leased", "w1", 1)
+    assert first.lease_until is not None
+    assert first.lease_until > time.time() + 10
+    second = other.lease_job("w2", 30)
+    third = store.lease_job("w1", 30)
+    assert second is not None
+    assert third is not None
+    assert (second.run_id, third.run_id) == ("j-2", "j-0")
+    assert other.lease_job("w2", 30) is None  # every lease holds
+    assert [j.run_id for j in store.jobs("leased")] == ["j-1", "j-2", "j-0"]
+    assert store.jobs("queued") == []
+
+
+def test_an_expired_lease_is_taken_over_and_its_attempts_counted(
+    store: Store, other: Store
+) -> None:
+    store.enqueue(job("j-1"))
+    assert store.lease_job("w1", 0.001) is not None
+    time.sleep(0.01)  # the store's clock, not ours, decides: let the lease lapse
+    taken = other.lease_job("w2", 30)
+    assert taken is not None
+    assert (taken.run_id, taken.owner, taken.attempts) == ("j-1", "w2", 2)
+    # the old owner lost it: no renewal, no release
+    assert store.renew_lease("j-1", "w1", 30) is False
+    assert store.release_job("j-1", "w1", "done") is False
+    assert store.jobs() == [taken]
+
+
+def test_renew_and_release_only_by_the_owner(store: Store, other: Store) -> None:
+    store.enqueue(job("j-1"))
+    leased = store.lease_job("w1", 5)
+    assert leased is not None
+    assert leased.lease_until is not None
+    assert other.renew_lease("j-1", "w2", 60) is False
+    assert other.release_job("j-1", "w2", "queued") is False
+    assert store.renew_lease("j-1", "w1", 60) is True
+    renewed = store.jobs()[0]
+    assert renewed.lease_until is not None
+    assert renewed.lease_until > leased.lease_until + 30
+    assert store.renew_lease("nope", "w1", 60) is False
+    # given back: another worker may take it (and continue the run)
+    assert store.release_job("j-1", "w1", "queued") is True
+    assert store.jobs("queued")[0].run_id == "j-1"
+    assert store.renew_lease("j-1", "w1", 60) is False  # no longer held
+    again = other.lease_job("w2", 30)
+    assert again is not None
+    assert (again.owner, again.attempts) == ("w2", 2)
+    # done: never leased again
+    assert other.release_job("j-1", "w2", "done") is True
+    assert [j.run_id for j in store.jobs("done")] == ["j-1"]
+    assert store.lease_job("w3", 30) is None
+    assert other.release_job("j-1", "w2", "done") is False  # not leased any more
+
+
+def test_concurrent_workers_lease_each_job_exactly_once(backend: Backend, store: Store) -> None:
+    for i in range(40):
+        store.enqueue(job(f"j-{i:02d}", f"2025-01-01T00:00:{i:02d}Z"))
+    taken: dict[str, list[str]] = {}
+
+    def worker(name: str) -> None:
+        mine = taken.setdefault(name, [])
+        s = backend.open()
+        try:
+            while (leased := s.lease_job(name, 60)) is not None:
+                mine.append(leased.run_id)
+        finally:
+            s.close()
+
+    _in_threads(worker, [f"w{i}" for i in range(4)])
+    everything = [run_id for ids in taken.values() for run_id in ids]
+    assert sorted(everything) == [f"j-{i:02d}" for i in range(40)]  # each exactly once
+    assert all(j.attempts == 1 for j in store.jobs("leased"))
+
+
+# --- concurrency -------------------------------------------------------------------------------
+
+
+def _in_threads(target: Callable[[str], None], names: list[str]) -> None:
+    """Run `target(name)` in one thread per name, all started at once; re-raise the first
+    failure."""
+    failures: list[BaseException] = []
+    barrier = threading.Barrier(len(names))
+
+    def body(name: str) -> None:
+        try:
+            barrier.wait(timeout=30)
+            target(name)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=body, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    if failures:
+        raise failures[0]
+
+
+def test_threads_opening_a_new_journal_at_once_migrate_it_once(backend: Backend) -> None:
+    # SQLite: several connections switching a brand-new file to WAL at once used to get
+    # "database is locked" without any wait (~1 open in 20 with 4 threads); retried now.
+    stores: list[Store] = []
+    _in_threads(lambda _: stores.append(backend.open()), [f"t{i}" for i in range(4)])
+    for s in stores:
+        s.close()
+    names = backend.migrations()
+    assert names
+    assert len(names) == len(set(names))
+
+
+def test_threads_appending_different_runs_lose_nothing(backend: Backend, store: Store) -> None:
+    per_thread, events_per_run = 3, 12
+
+    def writer(name: str) -> None:
+        s = backend.open()  # one store per thread, as a worker's threads hold
+        try:
+            for n in range(per_thread):
+                rid = f"{name}-{n}"
+                s.start_run(run_row(rid), started(rid))
+                for seq in range(1, events_per_run):
+                    s.append(transition(seq, rid))
+        finally:
+            s.close()
+
+    names = [f"t{i}" for i in range(4)]
+    _in_threads(writer, names)
+    assert len(store.run_ids()) == len(names) * per_thread
+    for rid in store.run_ids():
+        assert [e.seq for e in store.events(rid)] == list(range(events_per_run))
+        assert verify_run(store, rid).ok
+
+
+def test_processes_writing_one_journal_lose_nothing(
+    tmp_path: Path, backend: Backend, store: Store
+) -> None:
+    """Real runs from several processes at once (tests/child_writer.py), none duplicated."""
+    writers, runs = 3, 3
+    go, records = tmp_path / "go", tmp_path / "records"
+    records.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def writer(w: int) -> subprocess.Popen[str]:
+        ready = tmp_path / f"ready-{w}"
+        args = ["--db", backend.location, "--records", str(records), "--worker", str(w),
+                "--runs", str(runs), "--ready", str(ready), "--go", str(go)]  # fmt: skip
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "child_writer.py"), *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    children = [writer(w) for w in range(writers)]
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"ready-{w}").exists() for w in range(writers)):
+            assert all(c.poll() is None for c in children), "a writer died while starting"
+            assert time.monotonic() < deadline, "the writers never got ready"
+            time.sleep(0.01)
+        go.touch()
+        outputs = [c.communicate(timeout=120) for c in children]
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+    assert [c.returncode for c in children] == [0] * writers, [err for _, err in outputs]
+    reported = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
+    expected = {writer_run_id(w, n): expected_halt(n).value for w in range(writers)
+                for n in range(runs)}  # fmt: skip
+    assert {r["run_id"]: r["halt"] for r in reported} == expected
+    assert sorted(store.run_ids()) == sorted(expected)
+    for rid, halt in expected.items():
+        events = store.events(rid)
+        assert [e.seq for e in events] == list(range(len(events)))
+        assert store.get_run(rid).halt_reason == halt
+        assert verify_run(store, rid).ok
+
+
+# --- the CLI on either backend -----------------------------------------------------------------
+
+
+def test_the_cli_reads_and_verifies_either_journal(
+    tmp_path: Path, store: Store, backend: Backend
+) -> None:
+    record = lab_run(tmp_path, [LOOKUP, ANSWER], store=store)
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["runs", "--db", backend.location, "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert [r["run_id"] for r in json.loads(listed.output)] == [record.run_id]
+    verified = runner.invoke(cli, ["verify", "--all", "--db", backend.location])
+    assert verified.exit_code == 0, verified.output
+    replayed = runner.invoke(cli, ["replay", record.run_id, "--db", backend.location])
+    assert replayed.exit_code == 0, replayed.output
+    stats = runner.invoke(cli, ["stats", "--db", backend.location, "--json"])
+    assert stats.exit_code == 0, stats.output
+
+
+# --- PostgreSQL only ---------------------------------------------------------------------------
+
+
+def test_open_store_picks_the_backend_by_location(tmp_path: Path) -> None:
+    assert [is_dsn(x) for x in ("postgresql://h/db", "POSTGRES://h/db", "fsm-agent.db")] == [
+        True,
+        True,
+        False,
+    ]
+    assert not is_dsn(tmp_path / "postgresql:")
+    s = open_store(tmp_path / "j.db")
+    try:
+        assert type(s).__name__ == "SqliteStore"
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://u:s3cret@db.example:5433/j?sslmode=require",
+         "postgresql://u@db.example:5433/j?sslmode=require"),
+        ("postgres://u:s3cret@h1:1,h2:2/j?password=s3cret&sslpassword=s3cret&application_name=x",
+         "postgres://u@h1:1,h2:2/j?application_name=x"),
+        ("postgresql://h/j", "postgresql://h/j"),
+        ("host=h password='s3cret x' dbname=j", "host=h dbname=j"),
+    ],
+)  # fmt: skip
+def test_a_dsn_is_shown_without_its_password(dsn: str, shown: str) -> None:
+    assert redact_dsn(dsn) == shown
+
+
+def test_sqlite_and_the_library_never_import_psycopg(tmp_path: Path) -> None:
+    code = (
+        "import sys, fsm_agent, fsm_agent.cli, stores\n"
+        "from stores import open_store\n"
+        f"open_store({str(tmp_path / 'j.db')!r}).close()\n"
+        "print([m for m in sys.modules if m.split('.')[0] in ('psycopg', 'stores')])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    assert "psycopg" not in out
+    assert "stores.postgres" not in out
+
+
+def test_an_unreachable_server_is_a_journal_error_without_the_password() -> None:
+    pytest.importorskip("psycopg")
+    dsn = "postgresql://fsm:s3cret@127.0.0.1:9/journal?connect_timeout=2"
+    with pytest.raises(JournalError) as info:
+        open_store(dsn)
+    message = str(info.value)
+    assert "s3cret" not in message
+    assert info.value.path == "postgresql://fsm@127.0.0.1:9/journal?connect_timeout=2"
+    assert info.value.path in message
+    assert "cannot connect" in message
+    result = CliRunner().invoke(cli, ["runs", "--db", dsn])
+    assert result.exit_code == 70
+    assert result.output.startswith("Error: journal postgresql://fsm@127.0.0.1:9/journal")
+    assert "s3cret" not in result.output
+    assert "Traceback" not in result.output
+
+
+def test_postgres_refuses_truncate_and_keeps_the_schema(pg_location: str) -> None:
+    backend = PostgresBackend(pg_location)
+    s = backend.open()
+    try:
+        s.start_run(run_row(), started())
+        with pytest.raises(backend.integrity_error, match="append-only"):
+            backend.sql("TRUNCATE events CASCADE")
+        assert backend.migrations() == ["m001_journal", "m002_queue"]
+        assert s.events("run-1") == [started()]
+        # the head moves in the INSERT's own statement, by the trigger
+        assert backend.sql("SELECT head_seq FROM runs") == [(0,)]
+        assert type(s).__name__ == "PostgresStore"
+        assert s.location == pg_location
+    finally:
+        s.close()
+
+
+def test_postgres_store_survives_a_dropped_connection(pg_location: str) -> None:
+    backend = PostgresBackend(pg_location)
+    s = backend.open()
+    try:
+        s.start_run(run_row(), started())
+        pid = s.conn.info.backend_pid  # type: ignore[attr-defined]
+        backend.sql("SELECT pg_terminate_backend(?)", (pid,))  # the server drops it
+        with pytest.raises(JournalError) as info:  # the call in flight fails, named ...
+            s.append(transition(1))
+        assert info.value.path == pg_location
+        s.append(transition(1))  # ... and the next one reconnects
+        assert [e.seq for e in s.events("run-1")] == [0, 1]
+        assert verify_run(s, "run-1").ok
+    finally:
+        s.close()
