@@ -424,14 +424,11 @@ class QueueWorker:
         return run(queued_spec(job), task=job.task, budgets=budgets, run_id=job.run_id, **common)
 
     def _watch(self, store: Store, slot: _Slot) -> Callable[[Event], None]:
-        """After each committed event: queue the pause the worker asked for, once. (Not on
-        the `started` event: a new run takes every control queued before its first model
-        call as already seen; the next event queues it.)"""
+        """After each committed event: queue the pause the worker asked for, once; the run
+        applies it before its next model call."""
 
         def on_transition(event: Event) -> None:
             if slot.stop is None or slot.pause_queued or event.halt is not None:
-                return
-            if event.kind == "started":
                 return
             slot.pause_queued = True
             store.add_control(

@@ -263,6 +263,9 @@ class _Worker(Resumption, OperatorControls):
     # --- the loop -------------------------------------------------------------------------
 
     def _start(self) -> None:
+        # Routing frozen before the run starts applies to it. Caught up before the run exists:
+        # an act aimed at it (a pause right after it starts) must stay unseen until applied.
+        self._catch_up_routing()
         first = self.ctx.snapshot(self.state, None, self.spec.state(self.state).action)
         check = self.compiled.check_budget(self.state, first)
         row = RunRow(
@@ -294,7 +297,6 @@ class _Worker(Resumption, OperatorControls):
             self.head = self.store.start_run(row, event)
             self.journaled = True
         self._notify(event)
-        self._catch_up_routing()
         self._check_lanes()
         if check.transition is not None:
             self._halt_on(check.transition, first, check.guards, None, self._meter(first))

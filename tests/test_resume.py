@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -18,6 +19,8 @@ from click.testing import CliRunner
 from fsm_agent import HaltReason, read_record
 from fsm_agent.chain import verify_run
 from fsm_agent.cli import cli
+from fsm_agent.cli_review import signed_control
+from fsm_agent.errors import RunPaused
 from fsm_agent.testing import assert_replays
 from stores.sqlite import SqliteStore
 from tests.fixture_resume import GATE_ENV, HANG_ENV, IDEMPOTENT_ENV, LEDGER_ENV
@@ -210,3 +213,23 @@ def test_pause_refuses_a_run_that_is_not_running(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["pause", done, "--why", "x", "--db", str(tmp_path / "j.db")])
     assert result.exit_code == 2
     assert f"run {done} is halted; only a running run pauses" in result.output
+
+
+class _PausedAtStart(SqliteStore):
+    """A journal where an operator pauses each run the moment it starts: the pause lands
+    between the run's first commit and its first step (the narrowest window there is)."""
+
+    def start_run(self, run: Any, event: Any) -> str:
+        head = super().start_run(run, event)
+        self.add_control(signed_control(run.run_id, "pause", {}, "ops", "right after start"))
+        return head
+
+
+def test_a_pause_that_lands_as_the_run_starts_is_not_lost(tmp_path: Path) -> None:
+    store = _PausedAtStart(tmp_path / "j.db")
+    with pytest.raises(RunPaused):
+        lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], store=store)
+    (row,) = store.list_runs()
+    assert row.status == "paused"
+    assert [e.kind for e in store.events(row.run_id)] == ["started", "operator"]
+    store.close()
