@@ -14,8 +14,6 @@ threads (its operations take turns), but a worker thread is better served by its
 
 from __future__ import annotations
 
-import gc
-import json
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,15 +23,11 @@ import psycopg
 from psycopg.rows import dict_row
 
 from fsm_agent import serde
-from fsm_agent.budgets import Budgets
-from fsm_agent.chain import ChainLink, event_columns, genesis, link
+from fsm_agent.chain import ChainLink, genesis
 from fsm_agent.errors import JournalError, RunNotFound
-from fsm_agent.halt import HaltReason
 from fsm_agent.journal import (
     Control,
     Event,
-    Facts,
-    GuardResult,
     Job,
     JobStatus,
     RunRow,
@@ -41,8 +35,7 @@ from fsm_agent.journal import (
     RunSummary,
 )
 from fsm_agent.record import HaltRecord
-from fsm_agent.snapshot import Snapshot
-from stores import redact_dsn
+from stores import codec, redact_dsn
 from stores.postgres_open import connect, explain, passwords, scrub
 from stores.postgres_schema import (
     APPEND_EVENT,
@@ -60,22 +53,6 @@ from stores.postgres_schema import (
 )
 
 Verb = Literal["read", "write"]
-_HALT_REASONS = frozenset(r.value for r in HaltReason)
-
-
-def _summary_problem(status: Any, reason: Any, steps: Any, max_steps: Any, cost: Any) -> str | None:
-    """What is wrong with the columns of one run summary, or None."""
-    if status not in ("running", "paused", "halted"):
-        return f"status {status!r} is not 'running', 'paused' or 'halted'"
-    if reason is not None and reason not in _HALT_REASONS:
-        return f"halt_reason {reason!r} is not a halt reason"
-    if type(steps) is not int:
-        return f"steps_used {steps!r} is not an integer"
-    if type(max_steps) is not int or max_steps < 1:
-        return f"budgets.max_steps {max_steps!r} is not a positive integer"
-    if cost is not None and type(cost) not in (int, float):
-        return f"record.meters.cost {cost!r} is not a number"
-    return None
 
 
 class PostgresStore:
@@ -140,16 +117,11 @@ class PostgresStore:
 
     # --- writes ---------------------------------------------------------------------------
 
-    def _chained(self, e: Event, prev: str) -> tuple[Any, ...]:
-        """The INSERT parameters of an event chained onto `prev`."""
-        columns = event_columns(e)
-        return (*columns, prev, link(prev, columns))
-
     def start_run(self, run: RunRow, first: Event) -> str:
         """Write the run's row and first event; return the run's head hash."""
-        params = self._chained(first, genesis(run))
+        params = codec.chained(first, genesis(run))
         with self._tx(run.run_id) as conn:
-            conn.execute(INSERT_RUN, self._run_params(run, None))
+            conn.execute(INSERT_RUN, codec.run_params(run, None))
             conn.execute(INSERT_EVENT, params)
         self._heads[run.run_id] = params[-1]
         return str(params[-1])
@@ -159,7 +131,7 @@ class PostgresStore:
         while the run's head is the hash this event is chained onto, so two writers can
         never fork one run's chain."""
         prev = self._heads.get(event.run_id) or self._head(event.run_id)
-        params = self._chained(event, prev)
+        params = codec.chained(event, prev)
         try:
             with self._tx(event.run_id) as conn:
                 inserted = conn.execute(APPEND_EVENT, (event.run_id, prev, *params)).rowcount
@@ -224,7 +196,7 @@ class PostgresStore:
             )
         params, prev = [], genesis(run)
         for e in events:
-            params.append(self._chained(e, prev))
+            params.append(codec.chained(e, prev))
             prev = params[-1][-1]
         with self._tx(run.run_id) as conn:
             found = conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run.run_id,))
@@ -234,28 +206,9 @@ class PostgresStore:
                     " overwrites a run (import into another database)",
                     run.run_id,
                 )
-            conn.execute(INSERT_RUN, self._run_params(run, record))
+            conn.execute(INSERT_RUN, codec.run_params(run, record))
             with conn.cursor() as cursor:
                 cursor.executemany(INSERT_EVENT, params)
-
-    def _run_params(self, run: RunRow, record: HaltRecord | None) -> tuple[Any, ...]:
-        return (
-            run.run_id,
-            run.machine,
-            run.machine_sha256,
-            run.machine_text,
-            run.task,
-            serde.dumps_compact(run.budgets),
-            run.state,
-            run.status,
-            None if run.halt_reason is None else run.halt_reason.value,
-            run.steps_used,
-            run.started_at,
-            run.ended_at,
-            None if record is None else serde.dumps(record),
-            run.pid,
-            run.host,
-        )
 
     def add_control(self, control: Control) -> int:
         """Queue an operator's instruction for a live run (or every run); returns its id."""
@@ -263,113 +216,32 @@ class PostgresStore:
             row = conn.execute(
                 "INSERT INTO controls (run_id, kind, payload, who, why, at)"
                 " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
-                (control.run_id, control.kind, json.dumps(control.payload), control.who,
-                 control.why, control.at),
-            ).fetchone()  # fmt: skip
+                codec.control_params(control),
+            ).fetchone()
         return 0 if row is None else int(row[0])
 
     # --- reads ----------------------------------------------------------------------------
-
-    def _row(self, row: dict[str, Any]) -> RunRow:
-        live = row["status"] != "halted" and row.get("live_state") is not None
-        live_steps = row.get("live_steps")
-        try:
-            return RunRow(
-                run_id=row["run_id"],
-                machine=row["machine"],
-                machine_sha256=row["machine_sha256"],
-                machine_text=row["machine_text"],
-                task=row["task"],
-                budgets=serde.structure(json.loads(row["budgets"]), Budgets),
-                state=row["live_state"] if live else row["state"],
-                status=row["status"],
-                started_at=row["started_at"],
-                steps_used=live_steps if live and type(live_steps) is int else row["steps_used"],
-                halt_reason=None if row["halt_reason"] is None else HaltReason(row["halt_reason"]),
-                ended_at=row["ended_at"],
-                record=None
-                if row["record"] is None
-                else serde.structure(json.loads(row["record"]), HaltRecord),
-                pid=row["pid"],
-                host=row["host"],
-            )
-        except Exception as exc:
-            raise self._error(
-                f"corrupt runs row: {serde.error_path(exc)}", row.get("run_id")
-            ) from exc
 
     def get_run(self, run_id: str) -> RunRow:
         rows = self._rows(f"{SELECT_RUNS} WHERE r.run_id = %s", (run_id,))
         if not rows:
             raise RunNotFound(run_id, path=self.location)
-        return self._row(rows[0])
+        return codec.run_row(rows[0], self._error)
 
     def list_runs(self, limit: int = 20) -> list[RunRow]:
         sql = f"{SELECT_RUNS} ORDER BY r.started_at DESC, r.run_id DESC LIMIT %s"
-        return [self._row(r) for r in self._rows(sql, (limit,))]
+        return [codec.run_row(r, self._error) for r in self._rows(sql, (limit,))]
 
     def run_summaries(
         self, machine: str | None = None, since: str | None = None
     ) -> list[RunSummary]:
         """One narrow row per run (see `SELECT_SUMMARIES`), by machine then start time."""
         rows = self._tuples(SELECT_SUMMARIES, {"machine": machine, "since": since})
-        return [self._summary(r) for r in rows]
-
-    def _summary(self, row: tuple[Any, ...]) -> RunSummary:
-        run_id, machine, status, reason, steps, max_steps, started, ended, cost = row
-        problem = _summary_problem(status, reason, steps, max_steps, cost)
-        if problem is not None:
-            raise self._error(f"corrupt runs row: {problem}", run_id)
-        return RunSummary(
-            run_id=run_id,
-            machine=machine,
-            status=status,
-            halt_reason=None if reason is None else HaltReason(reason),
-            steps_used=steps,
-            max_steps=max_steps,
-            started_at=started,
-            ended_at=ended,
-            cost=None if cost is None else float(cost),
-        )
+        return [codec.summary(r, self._error) for r in rows]
 
     def events(self, run_id: str) -> list[Event]:
         self.get_run(run_id)
-        rows = self._rows(SELECT_EVENTS, (run_id,))
-        # Decoding builds many small containers; the cyclic GC only slows that down.
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return [self._event(r) for r in rows]
-        finally:
-            if enabled:
-                gc.enable()
-
-    def _event(self, r: dict[str, Any]) -> Event:
-        try:
-            return Event(
-                run_id=r["run_id"],
-                seq=r["seq"],
-                kind=r["kind"],
-                at_ms=r["at_ms"],
-                wall_time=r["wall_time"],
-                source=r["source"],
-                dest=r["dest"],
-                trigger=r["trigger"],
-                snapshot=serde.structure(json.loads(r["snapshot"]), Snapshot),
-                guards=serde.structure(json.loads(r["guards"]), tuple[GuardResult, ...]),
-                check=serde.structure(json.loads(r["checks"]), tuple[GuardResult, ...]),
-                facts=None
-                if r["facts"] is None
-                else serde.structure(json.loads(r["facts"]), Facts),
-                halt=None if r["halt"] is None else HaltReason(r["halt"]),
-                retry=bool(r["retry"]),
-                note=r["note"],
-                control=r["control"],
-            )
-        except Exception as exc:
-            raise self._error(
-                f"corrupt event seq {r.get('seq')}: {serde.error_path(exc)}", r.get("run_id")
-            ) from exc
+        return codec.events(self._rows(SELECT_EVENTS, (run_id,)), self._error)
 
     def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]:
         """A run's row, its events as stored (column text, not decoded) with their hashes,
@@ -395,11 +267,7 @@ class PostgresStore:
             "SELECT * FROM controls WHERE (run_id = %s OR run_id IS NULL) AND id > %s ORDER BY id",
             (run_id, after),
         )
-        return [
-            Control(id=r["id"], run_id=r["run_id"], kind=r["kind"],
-                    payload=json.loads(r["payload"]), who=r["who"], why=r["why"], at=r["at"])
-            for r in rows
-        ]  # fmt: skip
+        return [codec.control(r, self._error) for r in rows]
 
     # --- the run queue --------------------------------------------------------------------
 
@@ -407,12 +275,10 @@ class PostgresStore:
         """Add a job; refuse a run id already queued or journaled."""
         with self._tx(job.run_id) as conn:
             journaled = conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (job.run_id,))
-            inserted = journaled.fetchone() is None and conn.execute(
-                INSERT_JOB,
-                (job.run_id, job.machine, job.machine_text, job.task,
-                 serde.dumps_compact(job.budgets), job.submitted_at, job.status, job.owner,
-                 job.lease_until, job.attempts),
-            ).rowcount == 1  # fmt: skip
+            inserted = (
+                journaled.fetchone() is None
+                and conn.execute(INSERT_JOB, codec.job_params(job)).rowcount == 1
+            )
         if not inserted:
             raise self._error(
                 "cannot enqueue: the run id is already queued or journaled", job.run_id
@@ -424,7 +290,7 @@ class PostgresStore:
         with self._tx(None) as conn:
             cursor = conn.cursor(row_factory=dict_row)
             row = cursor.execute(LEASE_JOB, (owner, float(lease_s))).fetchone()
-        return None if row is None else self._job(row)
+        return None if row is None else codec.job(row, self._error)
 
     def renew_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
         with self._tx(run_id) as conn:
@@ -438,23 +304,4 @@ class PostgresStore:
             return conn.execute(RELEASE_JOB, params).rowcount == 1
 
     def jobs(self, status: JobStatus | None = None) -> list[Job]:
-        return [self._job(r) for r in self._rows(SELECT_JOBS, {"status": status})]
-
-    def _job(self, r: dict[str, Any]) -> Job:
-        try:
-            return Job(
-                run_id=r["run_id"],
-                machine=r["machine"],
-                machine_text=r["machine_text"],
-                task=r["task"],
-                budgets=serde.structure(json.loads(r["budgets"]), Budgets),
-                submitted_at=r["submitted_at"],
-                status=r["status"],
-                owner=r["owner"],
-                lease_until=r["lease_until"],
-                attempts=r["attempts"],
-            )
-        except Exception as exc:
-            raise self._error(
-                f"corrupt queue row: {serde.error_path(exc)}", r.get("run_id")
-            ) from exc
+        return [codec.job(r, self._error) for r in self._rows(SELECT_JOBS, {"status": status})]

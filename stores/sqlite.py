@@ -8,8 +8,6 @@ check) in `stores.sqlite_open`.
 
 from __future__ import annotations
 
-import gc
-import json
 import os
 import sqlite3
 import time
@@ -21,15 +19,11 @@ from typing import Any, Literal, TypeVar
 import sqlite_utils
 
 from fsm_agent import serde
-from fsm_agent.budgets import Budgets
-from fsm_agent.chain import ChainLink, event_columns, genesis, link
+from fsm_agent.chain import ChainLink, genesis
 from fsm_agent.errors import JournalError, RunNotFound
-from fsm_agent.halt import HaltReason
 from fsm_agent.journal import (
     Control,
     Event,
-    Facts,
-    GuardResult,
     Job,
     JobStatus,
     RunRow,
@@ -37,7 +31,7 @@ from fsm_agent.journal import (
     RunSummary,
 )
 from fsm_agent.record import HaltRecord
-from fsm_agent.snapshot import Snapshot
+from stores import codec
 from stores import sqlite_schema as queue_sql
 from stores.sqlite_open import Synchronous, explain, open_journal
 from stores.sqlite_schema import (
@@ -52,28 +46,6 @@ from stores.sqlite_schema import (
 T = TypeVar("T")
 #: Waits of `busy_timeout_ms` for the write lock before a write gives up.
 _LOCK_ATTEMPTS = 3
-
-
-def _json(value: Any) -> str:
-    return serde.dumps_compact(value)
-
-
-_HALT_REASONS = frozenset(r.value for r in HaltReason)
-
-
-def _summary_problem(status: Any, reason: Any, steps: Any, max_steps: Any, cost: Any) -> str | None:
-    """What is wrong with the columns of one run summary, or None."""
-    if status not in ("running", "paused", "halted"):
-        return f"status {status!r} is not 'running', 'paused' or 'halted'"
-    if reason is not None and reason not in _HALT_REASONS:
-        return f"halt_reason {reason!r} is not a halt reason"
-    if type(steps) is not int:
-        return f"steps_used {steps!r} is not an integer"
-    if type(max_steps) is not int or max_steps < 1:
-        return f"budgets.max_steps {max_steps!r} is not a positive integer"
-    if cost is not None and type(cost) not in (int, float):
-        return f"record.meters.cost {cost!r} is not a number"
-    return None
 
 
 def _one_row(cursor: sqlite3.Cursor) -> None:
@@ -124,6 +96,9 @@ class SqliteStore:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _error(self, message: str, run_id: str | None = None) -> JournalError:
+        return JournalError(message, path=self.path, run_id=run_id)
+
     @property
     def location(self) -> str:
         return str(Path(self.path).resolve())
@@ -157,16 +132,11 @@ class SqliteStore:
                 run_id=run_id,
             ) from exc
 
-    def _chained(self, e: Event, prev: str) -> tuple[Any, ...]:
-        """The INSERT parameters of an event chained onto `prev`."""
-        columns = event_columns(e)
-        return (*columns, prev, link(prev, columns))
-
     def start_run(self, run: RunRow, first: Event) -> str:
         """Write the run's row and first event; return the run's head hash."""
-        params = self._chained(first, genesis(run))
+        params = codec.chained(first, genesis(run))
         with self._tx(run.run_id) as conn:
-            conn.execute(INSERT_RUN, self._run_params(run, None))
+            conn.execute(INSERT_RUN, codec.run_params(run, None))
             conn.execute(INSERT_EVENT, params)
         self._heads[run.run_id] = params[-1]
         return str(params[-1])
@@ -176,7 +146,7 @@ class SqliteStore:
         the run's head is the hash this event is chained onto, so two writers can never fork
         one run's chain."""
         prev = self._heads.get(event.run_id) or self._head(event.run_id)
-        params = self._chained(event, prev)
+        params = codec.chained(event, prev)
         with self._tx(event.run_id, atomic=False) as conn:
             cursor = self._locked(
                 lambda: conn.execute(APPEND_EVENT, (*params, event.run_id, prev)), event.run_id
@@ -250,76 +220,26 @@ class SqliteStore:
                     path=self.path,
                     run_id=run.run_id,
                 )
-            conn.execute(INSERT_RUN, self._run_params(run, record))
+            conn.execute(INSERT_RUN, codec.run_params(run, record))
             prev = genesis(run)
             for e in events:
-                params = self._chained(e, prev)
+                params = codec.chained(e, prev)
                 conn.execute(INSERT_EVENT, params)
                 prev = params[-1]
 
-    def _run_params(self, run: RunRow, record: HaltRecord | None) -> tuple[Any, ...]:
-        return (
-            run.run_id,
-            run.machine,
-            run.machine_sha256,
-            run.machine_text,
-            run.task,
-            _json(run.budgets),
-            run.state,
-            run.status,
-            None if run.halt_reason is None else run.halt_reason.value,
-            run.steps_used,
-            run.started_at,
-            run.ended_at,
-            None if record is None else serde.dumps(record),
-            run.pid,
-            run.host,
-        )
-
     # --- reads ----------------------------------------------------------------------------
-
-    def _row(self, row: dict[str, Any]) -> RunRow:
-        live = row["status"] != "halted" and row.get("live_state") is not None
-        try:
-            return RunRow(
-                run_id=row["run_id"],
-                machine=row["machine"],
-                machine_sha256=row["machine_sha256"],
-                machine_text=row["machine_text"],
-                task=row["task"],
-                budgets=serde.structure(json.loads(row["budgets"]), Budgets),
-                state=row["state"] if not live else row["live_state"],
-                status=row["status"],
-                started_at=row["started_at"],
-                steps_used=row["live_steps"]
-                if live and isinstance(row["live_steps"], int)
-                else row["steps_used"],
-                halt_reason=None if row["halt_reason"] is None else HaltReason(row["halt_reason"]),
-                ended_at=row["ended_at"],
-                record=None
-                if row["record"] is None
-                else serde.structure(json.loads(row["record"]), HaltRecord),
-                pid=row["pid"],
-                host=row["host"],
-            )
-        except Exception as exc:
-            raise JournalError(
-                f"corrupt runs row: {serde.error_path(exc)}",
-                path=self.path,
-                run_id=row.get("run_id"),
-            ) from exc
 
     def get_run(self, run_id: str) -> RunRow:
         sql = f"{SELECT_RUNS} WHERE r.run_id = ?"
         rows = self._read(lambda: list(self.db.query(sql, [run_id])))
         if not rows:
             raise RunNotFound(run_id, path=self.path)
-        return self._row(rows[0])
+        return codec.run_row(rows[0], self._error)
 
     def list_runs(self, limit: int = 20) -> list[RunRow]:
         sql = f"{SELECT_RUNS} ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?"
         rows = self._read(lambda: list(self.db.query(sql, [limit])))
-        return [self._row(r) for r in rows]
+        return [codec.run_row(r, self._error) for r in rows]
 
     def run_summaries(
         self, machine: str | None = None, since: str | None = None
@@ -332,67 +252,14 @@ class SqliteStore:
             rows = self.conn.execute(SELECT_SUMMARIES, params).fetchall()
         except sqlite3.Error as exc:
             raise JournalError(f"read failed: {explain(exc)}", path=self.path) from exc
-        return [self._summary(r) for r in rows]
-
-    def _summary(self, row: tuple[Any, ...]) -> RunSummary:
-        run_id, machine, status, reason, steps, max_steps, started, ended, cost = row
-        problem = _summary_problem(status, reason, steps, max_steps, cost)
-        if problem is not None:
-            raise JournalError(f"corrupt runs row: {problem}", path=self.path, run_id=run_id)
-        return RunSummary(
-            run_id=run_id,
-            machine=machine,
-            status=status,
-            halt_reason=None if reason is None else HaltReason(reason),
-            steps_used=steps,
-            max_steps=max_steps,
-            started_at=started,
-            ended_at=ended,
-            cost=None if cost is None else float(cost),
-        )
+        return [codec.summary(r, self._error) for r in rows]
 
     def events(self, run_id: str) -> list[Event]:
         self.get_run(run_id)
         rows = self._read(
             lambda: list(self.db["events"].rows_where("run_id = ?", [run_id], order_by="seq"))
         )
-        # Decoding builds many small containers; the cyclic GC only slows that down (~25%).
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return [self._event(r) for r in rows]
-        finally:
-            if enabled:
-                gc.enable()
-
-    def _event(self, r: dict[str, Any]) -> Event:
-        try:
-            return Event(
-                run_id=r["run_id"],
-                seq=r["seq"],
-                kind=r["kind"],
-                at_ms=r["at_ms"],
-                wall_time=r["wall_time"],
-                source=r["source"],
-                dest=r["dest"],
-                trigger=r["trigger"],
-                snapshot=serde.structure(json.loads(r["snapshot"]), Snapshot),
-                guards=serde.structure(json.loads(r["guards"]), tuple[GuardResult, ...]),
-                check=serde.structure(json.loads(r["checks"]), tuple[GuardResult, ...]),
-                facts=None
-                if r["facts"] is None
-                else serde.structure(json.loads(r["facts"]), Facts),
-                halt=None if r["halt"] is None else HaltReason(r["halt"]),
-                retry=bool(r["retry"]),
-                note=r["note"],
-                control=r["control"],
-            )
-        except Exception as exc:
-            raise JournalError(
-                f"corrupt event seq {r.get('seq')}: {serde.error_path(exc)}",
-                path=self.path,
-                run_id=r.get("run_id"),
-            ) from exc
+        return codec.events(rows, self._error)
 
     def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]:
         """A run's row, its events as stored (column text, not decoded) with their hashes,
@@ -428,9 +295,8 @@ class SqliteStore:
             cursor = conn.execute(
                 "INSERT INTO controls (run_id, kind, payload, who, why, at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (control.run_id, control.kind, json.dumps(control.payload), control.who,
-                 control.why, control.at),
-            )  # fmt: skip
+                codec.control_params(control),
+            )
         return int(cursor.lastrowid or 0)
 
     def controls(self, run_id: str, after: int = 0) -> list[Control]:
@@ -438,11 +304,7 @@ class SqliteStore:
         `after`, oldest first (one indexed read before each model call)."""
         sql = "SELECT * FROM controls WHERE (run_id = ? OR run_id IS NULL) AND id > ? ORDER BY id"
         rows = self._read(lambda: list(self.db.query(sql, [run_id, after])))
-        return [
-            Control(id=r["id"], run_id=r["run_id"], kind=r["kind"],
-                    payload=json.loads(r["payload"]), who=r["who"], why=r["why"], at=r["at"])
-            for r in rows
-        ]  # fmt: skip
+        return [codec.control(r, self._error) for r in rows]
 
     # --- the run queue (its statements and row mapping: stores.sqlite_schema) -------------
 
@@ -451,7 +313,7 @@ class SqliteStore:
             if conn.execute(queue_sql.JOB_OR_RUN, {"id": job.run_id}).fetchone():
                 raise JournalError("already queued or journaled; a run id is used once",
                                    path=self.path, run_id=job.run_id)  # fmt: skip
-            conn.execute(queue_sql.INSERT_JOB, queue_sql.job_params(job))
+            conn.execute(queue_sql.INSERT_JOB, codec.job_params(job))
 
     def lease_job(self, owner: str, lease_s: float) -> Job | None:
         """One statement under BEGIN IMMEDIATE: no two workers take a job while it is leased."""
@@ -477,11 +339,7 @@ class SqliteStore:
             return self._locked(lambda: conn.execute(sql, params), run_id).rowcount == 1
 
     def _jobs(self, rows: list[tuple[Any, ...]]) -> list[Job]:
-        try:
-            return [queue_sql.job_from_row(r) for r in rows]
-        except Exception as exc:
-            detail = serde.error_path(exc)
-            raise JournalError(f"corrupt queue row: {detail}", path=self.path) from exc
+        return [codec.job(dict(zip(codec.JOB_COLUMNS, r, strict=True)), self._error) for r in rows]
 
     def close(self) -> None:
         self.conn.close()

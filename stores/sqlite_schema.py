@@ -5,14 +5,10 @@ UPDATE and DELETE, so nothing journaled is rewritten.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
-
-from fsm_agent import serde
-from fsm_agent.journal import Job
 
 migrations = Migrations("fsm_agent")
 
@@ -124,7 +120,7 @@ SELECT_SUMMARIES = """
 
 # --- the run queue (see `SqliteStore.lease_job`) ---------------------------------------------
 
-#: Every statement reads and writes a job's columns in this order (see `job_from_row`).
+#: Every statement reads and writes a job's columns in this order (`stores.codec.JOB_COLUMNS`).
 INSERT_JOB = """
     INSERT INTO queue (run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
                        lease_until, attempts)
@@ -169,21 +165,3 @@ def select_jobs(status: str | None) -> tuple[str, tuple[Any, ...]]:
     if status is None:
         return _SELECT_JOBS + _OLDEST_FIRST, ()
     return _SELECT_JOBS + " WHERE status = ?" + _OLDEST_FIRST, (status,)
-
-
-def job_params(job: Job) -> tuple[Any, ...]:
-    """A job's INSERT parameters, in column order (budgets as compact JSON)."""
-    return (job.run_id, job.machine, job.machine_text, job.task,
-            serde.dumps_compact(job.budgets), job.submitted_at, job.status, job.owner,
-            job.lease_until, job.attempts)  # fmt: skip
-
-
-def job_from_row(row: tuple[Any, ...]) -> Job:
-    """A queue row (in column order) as a `Job`; raises on a corrupt row."""
-    run_id, machine, text, task, budgets, submitted, status, owner, until, attempts = row
-    return serde.structure(
-        {"run_id": run_id, "machine": machine, "machine_text": text, "task": task,
-         "budgets": json.loads(budgets), "submitted_at": submitted, "status": status,
-         "owner": owner, "lease_until": until, "attempts": attempts},
-        Job,
-    )  # fmt: skip
