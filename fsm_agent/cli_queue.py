@@ -111,7 +111,7 @@ def worker(
     resume rules. SIGTERM or SIGINT: take no more runs, pause those in flight and give them
     back to the queue within --drain-s; exit 0, or 128+N if some were still in flight.
     """
-    from fsm_agent.queue import QueueWorker
+    from fsm_agent.queue_worker import QueueWorker
     from fsm_agent.tools import load_tools
 
     load_tools(tools_module)  # a bad module is `Error: …` (exit 2) before any lease

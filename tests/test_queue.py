@@ -39,7 +39,8 @@ from fsm_agent.cli import cli
 from fsm_agent.journal import Control, Event, Job, Store
 from fsm_agent.models import load_model
 from fsm_agent.proposals import ToolCall
-from fsm_agent.queue import WORKER_WHO, QueueWorker, submit
+from fsm_agent.queue import WORKER_WHO, submit
+from fsm_agent.queue_worker import QueueWorker
 from fsm_agent.replay import replay_events
 from fsm_agent.tools import load_tools
 from stores import open_store
