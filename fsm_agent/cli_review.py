@@ -269,7 +269,7 @@ def raise_budget(
             raise InvalidInputError(
                 f"run {run_id} has halted ({run.halt_reason}); only a live run's caps can be raised"
             )
-        current = store.events(run_id)[-1].snapshot.budgets
+        current = store.last_event(run_id).snapshot.budgets
         for name, value in asked.items():
             if check_budget(name, value) <= getattr(current, name):
                 raise InvalidInputError(

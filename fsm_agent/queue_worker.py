@@ -392,7 +392,7 @@ class QueueWorker:
     def _paused(self, store: Store, slot: _Slot, exc: RunPaused) -> None:
         """A worker's pause gives the job back to the queue; a person's takes it out: the
         run waits for `fsm-agent resume`, as any paused run does."""
-        last = store.events(slot.job.run_id)[-1]
+        last = store.last_event(slot.job.run_id)
         by_worker = (last.note or "").startswith(f"paused by {WORKER_WHO} ")
         if by_worker:
             self._release(store, slot, "queued", f"paused at step {exc.step}", "paused")

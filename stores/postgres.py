@@ -243,6 +243,13 @@ class PostgresStore:
         self.get_run(run_id)
         return codec.events(self._rows(SELECT_EVENTS, (run_id,)), self._error)
 
+    def last_event(self, run_id: str) -> Event:
+        rows = self._rows(f"{SELECT_EVENTS} DESC LIMIT 1", (run_id,))
+        if not rows:
+            self.get_run(run_id)  # RunNotFound if it is not there
+            raise self._error("the run has no events", run_id)
+        return codec.event(rows[0], self._error)
+
     def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]:
         """A run's row, its events as stored (column text, not decoded) with their hashes,
         and its head hash: what `fsm_agent.chain.verify_chain` checks."""

@@ -261,6 +261,14 @@ class SqliteStore:
         )
         return codec.events(rows, self._error)
 
+    def last_event(self, run_id: str) -> Event:
+        sql = "SELECT * FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1"
+        rows = self._read(lambda: list(self.db.query(sql, [run_id])))
+        if not rows:
+            self.get_run(run_id)  # RunNotFound if it is not there
+            raise self._error("the run has no events", run_id)
+        return codec.event(rows[0], self._error)
+
     def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]:
         """A run's row, its events as stored (column text, not decoded) with their hashes,
         and its head hash: what `fsm_agent.chain.verify_chain` checks."""

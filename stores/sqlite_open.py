@@ -15,7 +15,7 @@ from typing import Literal
 import sqlite_utils
 
 from fsm_agent.errors import JournalError
-from stores.sqlite_schema import migrations
+from stores.sqlite_schema import KNOWN_MIGRATIONS, migrations
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -145,8 +145,7 @@ def _open_read_only(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
 def _check_schema(path: str, conn: sqlite3.Connection, *, writable: bool) -> None:
     """Refuse a journal from a newer fsm-agent; bring an older one up to date."""
     db = sqlite_utils.Database(conn)
-    known = {m.name for m in migrations._migrations}
-    unknown = [m.name for m in migrations.applied(db) if m.name not in known]
+    unknown = [m.name for m in migrations.applied(db) if m.name not in KNOWN_MIGRATIONS]
     if unknown:
         raise JournalError(
             f"written by a newer fsm-agent (migration {unknown[0]!r});"

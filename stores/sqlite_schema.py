@@ -5,15 +5,31 @@ UPDATE and DELETE, so nothing journaled is rewritten.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
 migrations = Migrations("fsm_agent")
+#: Every migration this fsm-agent knows, in order: a journal that has applied any other was
+#: written by a newer one (sqlite-utils keeps its own list private).
+KNOWN_MIGRATIONS: list[str] = []
+Step = Callable[[sqlite_utils.Database], None]
 
 
-@migrations(name="m001_runs_and_events")
+def _migration(name: str) -> Callable[[Step], Step]:
+    KNOWN_MIGRATIONS.append(name)
+    register = migrations(name=name)
+
+    def decorate(step: Step) -> Step:
+        register(step)
+        return step
+
+    return decorate
+
+
+@_migration("m001_runs_and_events")
 def _m001(db: sqlite_utils.Database) -> None:
     db.execute("""
         CREATE TABLE runs (
@@ -37,7 +53,7 @@ def _m001(db: sqlite_utils.Database) -> None:
             BEGIN SELECT RAISE(ABORT, 'the journal is append-only'); END""")
 
 
-@migrations(name="m002_controls")
+@_migration("m002_controls")
 def _m002(db: sqlite_utils.Database) -> None:
     db.execute("""
         CREATE TABLE controls (
@@ -48,7 +64,7 @@ def _m002(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX controls_global ON controls (id) WHERE run_id IS NULL")
 
 
-@migrations(name="m003_hash_chain")
+@_migration("m003_hash_chain")
 def _m003(db: sqlite_utils.Database) -> None:
     """Tamper evidence (see fsm_agent.chain): each event's hash and its predecessor's; each
     run's head, kept by a trigger in the same statement as the INSERT (no second write from
@@ -66,7 +82,7 @@ def _m003(db: sqlite_utils.Database) -> None:
         END""")
 
 
-@migrations(name="m004_queue")
+@_migration("m004_queue")
 def _m004(db: sqlite_utils.Database) -> None:
     """The run queue (`fsm-agent submit`, `fsm-agent worker`): one row per submitted run,
     leased by one worker at a time (`owner`, `lease_until` in epoch seconds)."""

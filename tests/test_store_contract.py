@@ -408,6 +408,10 @@ def test_events_are_ordered_by_seq_and_kept_per_run(store: Store) -> None:
     assert [e.seq for e in store.events("a")] == [0, 1, 2, 3]
     assert [e.seq for e in store.events("b")] == [0, 1]
     assert all(e.run_id == "a" for e in store.events("a"))
+    assert store.last_event("a") == store.events("a")[-1]
+    assert store.last_event("b").seq == 1
+    with pytest.raises(RunNotFound):
+        store.last_event("nope")
 
 
 def test_each_write_is_committed_and_visible_to_another_reader(
