@@ -10,19 +10,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
 from fsm_agent import serde
-from fsm_agent.budgets import Budgets, Meters
+from fsm_agent.context import RunContext
 from fsm_agent.deadline import CallResult, call_with_deadline
 from fsm_agent.errors import Interrupted
 from fsm_agent.guards import resolve_guard
 from fsm_agent.halt import DONE
 from fsm_agent.journal import Facts
-from fsm_agent.lanes import ControlPlane, Lane, assert_local_halt, halt_lane_refusal
-from fsm_agent.models import ModelAdapter, ModelCallFailed, ModelReply, Prompt, describe_tools
+from fsm_agent.lanes import assert_local_halt, halt_lane_refusal
+from fsm_agent.models import ModelCallFailed, ModelReply, Prompt, describe_tools
 from fsm_agent.outcomes import grounded_values, jsonable, outcome_from_call
 from fsm_agent.proposals import (
     FinalAnswer,
@@ -37,9 +37,7 @@ from fsm_agent.record import ToolCallEntry
 from fsm_agent.refs import resolve_callable
 from fsm_agent.snapshot import Snapshot, ToolOutcome
 from fsm_agent.spec import MachineSpec
-from fsm_agent.tools import ToolRegistry, ToolResult
-
-Clock = Callable[[], float]
+from fsm_agent.tools import ToolResult
 
 
 @attrs.frozen
@@ -48,87 +46,6 @@ class ActionResult:
 
     outcome: str
     result: ToolResult | None = None
-
-
-@attrs.define
-class RunContext:
-    """The mutable facts of one run; `snapshot()` freezes them for a decision."""
-
-    spec: MachineSpec
-    task: str
-    budgets: Budgets
-    model: ModelAdapter
-    tools: ToolRegistry
-    allowlist: tuple[str, ...]
-    halt_lane: Lane
-    control: ControlPlane
-    thrash_limit: int
-    clock: Clock
-    start: float
-    privileged: tuple[str, ...] = ()
-    #: the schema-repair voter: callable(raw reply) -> repaired reply, with its `lane`
-    repair_voter: Callable[[Any], Any] | None = None
-    repair: Literal["none", "refused", "repaired", "failed"] = "none"
-    #: the second-opinion judge: callable(Snapshot) -> bool, with its `lane`
-    judge: Callable[[Snapshot], Any] | None = None
-    steps_used: int = 0
-    retries_used: int = 0
-    cost: float = 0.0
-    elapsed_ms: int = 0
-    proposal: Proposal | None = None
-    tool: ToolOutcome | None = None
-    evidence: bool = False
-    grounded: tuple[str, ...] = ()
-    repeats: int = 0
-    last_call: str | None = None
-    history: list[dict[str, Any]] = attrs.field(factory=list)
-    tool_calls: list[ToolCallEntry] = attrs.field(factory=list)
-
-    def read_clock(self) -> int:
-        """One clock reading, as ms since the run started; updates the elapsed meter."""
-        ms = max(0, int((self.clock() - self.start) * 1000))
-        self.elapsed_ms = ms
-        return ms
-
-    def remaining_s(self) -> float:
-        return max(0.0, (self.budgets.wall_clock_ms - self.read_clock()) / 1000)
-
-    def snapshot(self, state: str, outcome: str | None, next_action: str | None) -> Snapshot:
-        clock_ms = self.read_clock()
-        return Snapshot(
-            state=state,
-            outcome=outcome,
-            next_action=next_action,
-            clock_ms=clock_ms,
-            budgets=self.budgets,
-            meters=self.meters,
-            proposal=self.proposal,
-            tool=self.tool,
-            evidence=self.evidence,
-            grounded=self.grounded,
-            allowlist=self.allowlist,
-            privileged=self.privileged,
-            halt_lane=self.halt_lane,
-            control=self.control,
-            repeats=self.repeats,
-            thrash_limit=self.thrash_limit,
-            repair=self.repair,
-        )
-
-    def add_cost(self, cost: float) -> None:
-        """Add a cost already validated by `ModelReply` / `ToolResult` (finite, >= 0)."""
-        self.cost += cost
-
-    @property
-    def meters(self) -> Meters:
-        """The meters as a frozen value (taken for each snapshot and for the record)."""
-        return Meters(
-            steps_used=self.steps_used,
-            tool_calls=len(self.tool_calls),
-            retries_used=self.retries_used,
-            cost=self.cost,
-            elapsed_ms=self.elapsed_ms,
-        )
 
 
 def perform(ctx: RunContext, state: str, action: str) -> tuple[str, Facts]:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import attrs
 
-from fsm_agent.actions import RunContext
 from fsm_agent.chain import event_columns, link
+from fsm_agent.context import RunContext
 from fsm_agent.halt import HaltReason, terminal_state
 from fsm_agent.interrupts import InterruptGate
 from fsm_agent.journal import Event, EventKind, Facts, GuardResult, Store

@@ -17,7 +17,7 @@ from fsm_agent.journal import Control, Event, EventKind, Store
 from fsm_agent.models import model_lane
 
 if TYPE_CHECKING:
-    from fsm_agent.actions import RunContext
+    from fsm_agent.context import RunContext
     from fsm_agent.snapshot import Snapshot
 
 

@@ -20,15 +20,9 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from fsm_agent.actions import (
-    Clock,
-    RunContext,
-    call_entry,
-    failure_note,
-    proposal_note,
-    receipts_note,
-)
+from fsm_agent.actions import call_entry, failure_note, proposal_note, receipts_note
 from fsm_agent.chain import verify_chain
+from fsm_agent.context import Clock, RunContext
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import HaltReason
 from fsm_agent.halting import Halting

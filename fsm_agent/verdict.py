@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fsm_agent.actions import RunContext
+from fsm_agent.context import RunContext
 from fsm_agent.halt import HANDOFF, HaltReason, cannot_answer, terminal_state
 from fsm_agent.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
 from fsm_agent.record import RECORD_TOOL_CALLS, HaltRecord, HandoffPacket

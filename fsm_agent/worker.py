@@ -18,8 +18,9 @@ from typing import Any
 
 import attrs
 
-from fsm_agent.actions import Clock, RunContext, ask_judge, perform, success_possible
+from fsm_agent.actions import ask_judge, perform, success_possible
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
+from fsm_agent.context import Clock, RunContext
 from fsm_agent.errors import (
     HaltPathRefused,
     Interrupted,
