@@ -59,6 +59,18 @@ from fsm_agent.tools import ToolRegistry
 from fsm_agent.worker import resume_run, run
 from stores import open_store, redact_dsn
 
+#: The longest wait between two leasing tries while the journal keeps failing.
+MAX_BACKOFF_S = 5.0
+
+
+def backoff_s(failures: int, poll_s: float) -> float:
+    """How long a worker thread waits before its next lease: `poll_s`, doubled for each
+    leasing failure in a row, up to `MAX_BACKOFF_S` (a journal that is down is not
+    hammered, nor its log flooded)."""
+    if failures <= 0:
+        return poll_s
+    return min(MAX_BACKOFF_S, poll_s * 2.0 ** min(failures, 32))
+
 
 @attrs.define
 class _Slot:
@@ -218,20 +230,24 @@ class QueueWorker:
             self._count("failed")
             self._broken = True
             return
+        failures = 0  # leasing failures in a row: the wait between tries grows
         try:
             while not self._stopping.is_set() and self._ticket():
                 try:
                     job = store.lease_job(owner, self.lease_s)
                 except JournalError as exc:
-                    job = None
-                    self._log(f"worker {name}: leasing failed: {exc}; trying again")
+                    job, failures = None, failures + 1
+                    wait = backoff_s(failures, self.poll_s)
+                    self._log(f"worker {name}: leasing failed: {exc}; trying again in {wait:g} s")
+                else:
+                    failures = 0
                 if job is not None:
                     self._work(store, _Slot(job, name, owner))
                     continue
                 self._untake()
-                if self.idle_exit and self._queue_empty(store):
+                if not failures and self.idle_exit and self._queue_empty(store):
                     return
-                self._stopping.wait(self.poll_s)
+                self._stopping.wait(backoff_s(failures, self.poll_s))
         finally:
             store.close()
 
@@ -256,6 +272,8 @@ class QueueWorker:
             return False
 
     def _heartbeat(self) -> None:
+        """Renew every held lease each `heartbeat_s`, for as long as the worker runs: a
+        journal that cannot be reached for a while costs renewals, not the heartbeat."""
         store: Store | None = None
         try:
             while not self._beat_stop.wait(self.heartbeat_s):
@@ -264,11 +282,13 @@ class QueueWorker:
                 if not held:
                     continue
                 if store is None:
-                    store = open_store(self.location)
+                    try:
+                        store = open_store(self.location)
+                    except FsmAgentError as exc:
+                        self._log(f"worker {self.name}: heartbeat: {exc}; trying again")
+                        continue
                 for slot in held:
                     self._renew(store, slot)
-        except FsmAgentError as exc:
-            self._log(f"worker {self.name}: heartbeat stopped: {exc}")
         finally:
             if store is not None:
                 store.close()

@@ -33,14 +33,14 @@ import attrs
 import pytest
 from click.testing import CliRunner
 
-from fsm_agent import JournalError, ScriptedModel, read_record, resume_run, run
+from fsm_agent import JournalError, ScriptedModel, queue_worker, read_record, resume_run, run
 from fsm_agent.chain import verify_run
 from fsm_agent.cli import cli
 from fsm_agent.journal import Control, Event, Job, Store
 from fsm_agent.models import load_model
 from fsm_agent.proposals import ToolCall
 from fsm_agent.queue import WORKER_WHO, submit
-from fsm_agent.queue_worker import QueueWorker
+from fsm_agent.queue_worker import MAX_BACKOFF_S, QueueWorker, backoff_s
 from fsm_agent.replay import replay_events
 from fsm_agent.tools import load_tools
 from stores import open_store
@@ -358,6 +358,98 @@ def test_max_jobs_stops_after_that_many(qstore: Store, backend: str, tmp_path: P
         submit(qstore, "agent_loop", "steps 1")
     assert worker(backend, tmp_path / "records", concurrency=2, max_jobs=3).serve() == 0
     assert [j.status for j in qstore.jobs()].count("done") == 3
+
+
+class _FlakyStore:
+    """A real store whose first `lease_failures` leases fail as a journal that is down does,
+    and whose every lease renewal is counted."""
+
+    def __init__(self, inner: Store, lease_failures: int, fail_append: int = 0) -> None:
+        self.inner, self.lease_failures, self.renewals = inner, lease_failures, 0
+        self.fail_append, self.appends = fail_append, 0
+
+    def append(self, event: Event) -> str:
+        self.appends += 1
+        if self.appends == self.fail_append:
+            raise JournalError("disk I/O error", path="flaky", run_id=event.run_id)
+        return self.inner.append(event)
+
+    def lease_job(self, owner: str, lease_s: float) -> Job | None:
+        if self.lease_failures > 0:
+            self.lease_failures -= 1
+            raise JournalError("server closed the connection unexpectedly", path="flaky")
+        return self.inner.lease_job(owner, lease_s)
+
+    def renew_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
+        self.renewals += 1
+        return self.inner.renew_lease(run_id, owner, lease_s)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_backoff_doubles_from_the_poll_interval_up_to_a_cap() -> None:
+    assert [backoff_s(n, 0.2) for n in range(6)] == [0.2, 0.4, 0.8, 1.6, 3.2, MAX_BACKOFF_S]
+    assert backoff_s(10_000, 0.2) == MAX_BACKOFF_S
+
+
+def test_a_journal_that_fails_for_a_while_costs_waits_not_the_worker(
+    qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    submit(qstore, "agent_loop", "steps 3")
+    monkeypatch.setenv(STEP_MS_ENV, "150")
+    stores: list[_FlakyStore] = []
+    heartbeat_opens: list[str] = []
+    real_open = queue_worker.open_store
+
+    def flaky_open(location: str) -> Any:
+        if threading.current_thread().name == "heartbeat":
+            heartbeat_opens.append(location)
+            if len(heartbeat_opens) == 1:  # the heartbeat's first try finds the server down
+                raise JournalError("cannot connect to the server", path=location)
+        # The worker thread opens first; its first three leases fail.
+        stores.append(_FlakyStore(real_open(location), 0 if stores else 3))
+        return stores[-1]
+
+    monkeypatch.setattr(queue_worker, "open_store", flaky_open)
+    lines: list[str] = []
+    w = worker(backend, tmp_path / "records", idle_exit=True, heartbeat_s=0.1, log=lines.append)
+    assert w.serve() == 0
+    waits = [line.rsplit("trying again in ", 1)[1] for line in lines if "leasing failed" in line]
+    assert waits == ["0.04 s", "0.08 s", "0.16 s"]  # poll_s 0.02, doubled each time
+    assert any("heartbeat: " in line and "trying again" in line for line in lines), lines
+    assert len(heartbeat_opens) == 2
+    assert stores[1].renewals >= 2  # the heartbeat went on after its failure
+    assert w.outcomes == {"halted": 1}
+    assert_journal_sound(backend, tmp_path / "records")
+
+
+def test_a_failed_journal_write_leaves_the_run_to_its_lease_and_it_is_continued(
+    qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = submit(qstore, "agent_loop", "steps 3")
+    real_open = queue_worker.open_store
+    monkeypatch.setattr(
+        queue_worker, "open_store", lambda location: _FlakyStore(real_open(location), 0, 3)
+    )
+    lines: list[str] = []
+    records = tmp_path / "records"
+    assert worker(backend, records, lease_s=0.3, max_jobs=1, log=lines.append).serve() == 0
+    assert any(f"run {job.run_id} stopped: " in x and "disk I/O error" in x for x in lines)
+    failed = read_record(records / f"{job.run_id}.attempt1.failed.json")
+    assert failed.halt_reason.value == "journal_failed"
+    [left] = qstore.jobs()
+    assert (left.status, left.attempts) == ("leased", 1)  # not released: its lease runs out
+    committed = len(qstore.events(job.run_id))
+    assert committed == 3  # started and two appends; the third append failed
+
+    monkeypatch.setattr(queue_worker, "open_store", real_open)
+    heir = worker(backend, records, idle_exit=True, log=lines.append)
+    assert heir.serve() == 0
+    events = qstore.events(job.run_id)
+    assert [e.kind for e in events][committed] == "resumed"
+    assert_journal_sound(backend, records)
+    assert [j.attempts for j in qstore.jobs()] == [2]
 
 
 class _Crash(BaseException):
