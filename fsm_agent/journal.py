@@ -232,6 +232,10 @@ class Store(Protocol):
         """The queue, oldest first, optionally of one status."""
         ...
 
+    def job(self, run_id: str) -> Job | None:
+        """The queue's job for `run_id`, or None if the run was never queued."""
+        ...
+
     def import_run(self, run: RunRow, events: Sequence[Event], record: HaltRecord | None) -> None:
         """Write a whole run exported from another journal in one transaction; refuse
         (`JournalError`) a run id this journal already holds."""

@@ -91,6 +91,22 @@ def check_resumable(run: RunRow, *, lease_held: bool = False) -> None:
         )
 
 
+def _check_not_queued(store: Store, run_id: str) -> None:
+    """Refuse to resume by hand a run the run queue still holds: a worker continues it (or
+    is driving it), and two drivers would both make its next calls."""
+    job = store.job(run_id)
+    if job is None or job.status == "done":
+        return
+    if job.status == "leased":
+        hint = (
+            f"leased by {job.owner}, which is driving it; to take it over by hand, pause it"
+            f" first (`fsm-agent pause {run_id}` takes it out of the queue)"
+        )
+    else:
+        hint = "queued: a queue worker continues it (`fsm-agent worker`)"
+    raise InvalidInputError(f"run {run_id} is in the run queue, {hint}")
+
+
 def load_resumable(
     store: Store, run_id: str, *, lease_held: bool = False
 ) -> tuple[RunRow, MachineSpec, list[Event], str]:
@@ -98,6 +114,8 @@ def load_resumable(
     a run that cannot be resumed or whose hash chain does not verify."""
     run = store.get_run(run_id)
     check_resumable(run, lease_held=lease_held)
+    if not lease_held:
+        _check_not_queued(store, run_id)
     chained_run, links, head = store.chain(run_id)
     report = verify_chain(chained_run, links, head)
     if not report.ok or head is None:

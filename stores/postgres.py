@@ -312,3 +312,7 @@ class PostgresStore:
 
     def jobs(self, status: JobStatus | None = None) -> list[Job]:
         return [codec.job(r, self._error) for r in self._rows(SELECT_JOBS, {"status": status})]
+
+    def job(self, run_id: str) -> Job | None:
+        rows = self._rows("SELECT * FROM queue WHERE run_id = %s", (run_id,))
+        return codec.job(rows[0], self._error) if rows else None

@@ -341,6 +341,10 @@ class SqliteStore:
     def jobs(self, status: JobStatus | None = None) -> list[Job]:
         return self._jobs(self._tuples(*queue_sql.select_jobs(status)))
 
+    def job(self, run_id: str) -> Job | None:
+        found = self._jobs(self._tuples(*queue_sql.select_job(run_id)))
+        return found[0] if found else None
+
     def _queue_write(self, sql: str, run_id: str, owner: str, **params: Any) -> bool:
         params |= {"run_id": run_id, "owner": owner}
         with self._tx(run_id, atomic=False) as conn:

@@ -176,6 +176,11 @@ _SELECT_JOBS = """
 _OLDEST_FIRST = " ORDER BY submitted_at, run_id"
 
 
+def select_job(run_id: str) -> tuple[str, tuple[Any, ...]]:
+    """One run's job (through the primary key)."""
+    return _SELECT_JOBS + " WHERE run_id = ?", (run_id,)
+
+
 def select_jobs(status: str | None) -> tuple[str, tuple[Any, ...]]:
     """The queue, oldest first, optionally of one status (through the index)."""
     if status is None:

@@ -36,10 +36,11 @@ from click.testing import CliRunner
 from fsm_agent import JournalError, ScriptedModel, queue_worker, read_record, resume_run, run
 from fsm_agent.chain import verify_run
 from fsm_agent.cli import cli
+from fsm_agent.errors import InvalidInputError, RunPaused
 from fsm_agent.journal import Control, Event, Job, Store
 from fsm_agent.models import load_model
 from fsm_agent.proposals import ToolCall
-from fsm_agent.queue import WORKER_WHO, submit
+from fsm_agent.queue import WORKER_WHO, queued_spec, submit
 from fsm_agent.queue_worker import MAX_BACKOFF_S, QueueWorker, backoff_s
 from fsm_agent.replay import replay_events
 from fsm_agent.tools import load_tools
@@ -450,6 +451,38 @@ def test_a_failed_journal_write_leaves_the_run_to_its_lease_and_it_is_continued(
     assert [e.kind for e in events][committed] == "resumed"
     assert_journal_sound(backend, records)
     assert [j.attempts for j in qstore.jobs()] == [2]
+
+
+def test_a_run_the_queue_holds_is_not_resumed_by_hand(
+    qstore: Store, backend: str, tmp_path: Path
+) -> None:
+    job = submit(qstore, "agent_loop", "steps 2")
+    assert qstore.job(job.run_id) == job
+    assert qstore.job("never-queued") is None
+    assert qstore.lease_job("w1@host:1", 30) is not None
+
+    def pause_at_start(event: Event) -> None:  # as a draining worker does
+        if event.kind == "started":
+            qstore.add_control(Control(id=0, run_id=event.run_id, kind="pause", payload={},
+                                       who=f"{WORKER_WHO} w1", why="drain", at="now"))  # fmt: skip
+
+    common: dict[str, Any] = {"model": load_model(MODEL), "tools": load_tools(TOOLS),
+                              "store": qstore, "record_path": tmp_path / "r.json"}  # fmt: skip
+    with pytest.raises(RunPaused):
+        run(queued_spec(job), task=job.task, run_id=job.run_id, handle_signals=False,
+            on_transition=pause_at_start, **common)  # fmt: skip
+    with pytest.raises(InvalidInputError, match="leased by w1@host:1, which is driving it"):
+        resume_run(job.run_id, **common)
+    assert qstore.release_job(job.run_id, "w1@host:1", "queued")
+    with pytest.raises(InvalidInputError, match="queued: a queue worker continues it"):
+        resume_run(job.run_id, **common)
+    result = invoke("resume", job.run_id, "--model", MODEL, "--tools", TOOLS, "--db", backend)
+    assert result.exit_code == 2
+    assert "is in the run queue, queued" in result.output
+    # Once the queue is done with it (a person's pause does that), a person may resume it.
+    assert qstore.lease_job("w2", 30) is not None
+    assert qstore.release_job(job.run_id, "w2", "done")
+    assert resume_run(job.run_id, **common).halt_reason.value == "completed"
 
 
 class _Crash(BaseException):
