@@ -16,13 +16,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fsm_agent.journal import Store
 
-#: The URL schemes that select the PostgreSQL store; anything else is a SQLite file path.
+#: The URL schemes that select the PostgreSQL store.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+#: libpq's keyword form (`host=db dbname=agents user=fsm`) selects it too: a location that
+#: starts with one of libpq's connection keywords and `=`. Anything else is a SQLite file.
+_KEYWORD_DSN = re.compile(
+    r"\s*(?:host|hostaddr|port|dbname|user|password|passfile|service|sslmode|options"
+    r"|connect_timeout|application_name|target_session_attrs)\s*=",
+    re.IGNORECASE,
+)
 
 
 def is_dsn(location: str | os.PathLike[str]) -> bool:
-    """Whether `location` names a PostgreSQL server (a `postgresql://` URL), not a file."""
-    return isinstance(location, str) and location.lower().startswith(POSTGRES_SCHEMES)
+    """Whether `location` names a PostgreSQL server (a `postgresql://` URL or libpq's
+    `key=value` form), not a file."""
+    if not isinstance(location, str):
+        return False
+    return location.lower().startswith(POSTGRES_SCHEMES) or bool(_KEYWORD_DSN.match(location))
 
 
 _SECRETS = ("password", "sslpassword")
@@ -31,7 +41,7 @@ _SECRETS = ("password", "sslpassword")
 def redact_dsn(dsn: str) -> str:
     """`dsn` without its passwords (a URL's `user:password@`, `password` and `sslpassword`
     parameters, or keys): what the journal's location shows in messages and records."""
-    if not is_dsn(dsn):
+    if not dsn.lower().startswith(POSTGRES_SCHEMES):  # libpq's keyword form, or a file
         return re.sub(r"(?i)\b(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'|\S*)\s*", "", dsn).strip()
     parts = urllib.parse.urlsplit(dsn)
     netloc = parts.netloc
@@ -45,9 +55,10 @@ def redact_dsn(dsn: str) -> str:
 
 
 def open_store(location: str | os.PathLike[str]) -> Store:
-    """The journal at `location`: a `postgresql://` (or `postgres://`) DSN opens
-    `PostgresStore`, anything else is the path of a SQLite file (`SqliteStore`, created if
-    need be). Raises `JournalError` naming the location when it cannot be opened."""
+    """The journal at `location`: a `postgresql://` (or `postgres://`) DSN, or libpq's
+    `host=… dbname=…` form, opens `PostgresStore`; anything else is the path of a SQLite
+    file (`SqliteStore`, created if need be). Raises `JournalError` naming the location
+    when it cannot be opened."""
     if is_dsn(location):
         try:
             from stores.postgres import PostgresStore

@@ -296,7 +296,7 @@ def pg_server() -> str:
 
 def with_search_path(dsn: str, schema: str) -> str:
     """`dsn` with its tables looked up (and created) in `schema`."""
-    if is_dsn(dsn):
+    if dsn.lower().startswith(("postgresql://", "postgres://")):
         return f"{dsn}{'&' if '?' in dsn else '?'}options=-csearch_path%3D{schema}"
     return f"{dsn} options=-csearch_path={schema}"
 
@@ -1000,6 +1000,13 @@ def test_open_store_picks_the_backend_by_location(tmp_path: Path) -> None:
         False,
     ]
     assert not is_dsn(tmp_path / "postgresql:")
+    # libpq's keyword form is a DSN too (never a file named "host=db dbname=j").
+    assert [is_dsn(x) for x in ("host=db dbname=j", " DBNAME = j", "hostile.db", "a=b.db")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
     s = open_store(tmp_path / "j.db")
     try:
         assert type(s).__name__ == "SqliteStore"
@@ -1051,6 +1058,25 @@ def test_an_unreachable_server_is_a_journal_error_without_the_password() -> None
     assert result.output.startswith("Error: journal postgresql://fsm@127.0.0.1:9/journal")
     assert "s3cret" not in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_keyword_dsn_opens_the_same_journal(pg_location: str) -> None:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    keywords = make_conninfo(**conninfo_to_dict(pg_location))  # host=… port=… dbname=… options=…
+    assert not keywords.startswith("postgres")
+    assert is_dsn(keywords)
+    by_url = open_store(pg_location)
+    try:
+        by_url.start_run(run_row(), started())
+    finally:
+        by_url.close()
+    by_keywords = open_store(keywords)
+    try:
+        assert type(by_keywords).__name__ == "PostgresStore"
+        assert [r.run_id for r in by_keywords.list_runs()] == ["run-1"]
+    finally:
+        by_keywords.close()
 
 
 def test_postgres_refuses_truncate_and_keeps_the_schema(pg_location: str) -> None:
