@@ -38,7 +38,7 @@ def connect(dsn: str, location: str, secrets: tuple[str, ...]) -> psycopg.Connec
         conn = psycopg.connect(dsn, **options)
     except psycopg.Error as exc:
         raise error(
-            f"cannot connect to the server ({explain(exc)}); is it running, and the DSN"
+            f"cannot connect to the server ({server_message(exc)}); is it running, and the DSN"
             " (host, port, database, user) right?"
         ) from exc
     try:
@@ -68,11 +68,15 @@ def scrub(text: str, secrets: tuple[str, ...]) -> str:
     return text
 
 
-def explain(exc: psycopg.Error) -> str:
-    """A server or driver failure in words a person can act on; the server's own message is
-    kept, its first line only, capped."""
+def server_message(exc: psycopg.Error) -> str:
+    """The server's or driver's own message: its first line only, capped."""
     lines = str(exc).strip().splitlines()
-    said = (lines[0] if lines else type(exc).__name__)[:200]
+    return (lines[0] if lines else type(exc).__name__)[:200]
+
+
+def explain(exc: psycopg.Error) -> str:
+    """A server or driver failure in words a person can act on, with its own message."""
+    said = server_message(exc)
     if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
         return f"the server refused a write ({said}): a read-only server or role"
     if isinstance(exc, pg_errors.DiskFull):
