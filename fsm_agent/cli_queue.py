@@ -26,7 +26,7 @@ from fsm_agent.cli_options import (
     model_factory_options,
     shown,
 )
-from fsm_agent.journal import JobStatus
+from fsm_agent.journal import Job, JobStatus
 from fsm_agent.models import ModelAdapter
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -131,28 +131,56 @@ def worker(
     sys.exit(code)
 
 
+#: What `fsm-agent queue --status` shows, in this order (each status oldest first).
+_VIEWS: dict[str, tuple[JobStatus, ...]] = {
+    "open": ("leased", "queued"),
+    "queued": ("queued",),
+    "leased": ("leased",),
+    "done": ("done",),
+    "all": ("leased", "queued", "done"),
+}
+
+
 @cli.command()
 @click.option(
     "--status",
-    type=click.Choice(["queued", "leased", "done"]),
-    help="Only jobs in this status.",
+    type=click.Choice(list(_VIEWS)),
+    default="open",
+    show_default=True,
+    help="Which jobs: open (leased, then queued), one status, or all.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="At most this many jobs of each status.",
 )
 @db_option
 @json_option
 @cli_errors
-def queue(status: JobStatus | None, db: str, as_json: bool) -> None:
-    """List the run queue, oldest first: run id, status, attempts, owner, lease, task."""
+def queue(status: str, limit: int, db: str, as_json: bool) -> None:
+    """List the run queue (each status oldest first): run id, status, attempts, seconds
+    left on the lease, owner, task; then how many jobs there are of each status."""
     with journal_store(db, must_exist=True) as store:
-        jobs = store.jobs(status)
+        jobs = [j for s in _VIEWS[status] for j in store.jobs(s, limit=limit)]
+        counts = store.job_counts()
     if as_json:
         rows = [serde.unstructure(j) for j in jobs]
         for row in rows:
             row.pop("machine_text")
         click.echo(json.dumps(rows, indent=2))
         return
-    if not jobs:
-        click.echo(f"no {status or ''} jobs in {shown(db)}".replace("  ", " "))
-        return
+    if jobs:
+        _print_jobs(jobs)
+    else:
+        click.echo(f"no {'' if status == 'all' else status + ' '}jobs in {shown(db)}")
+    more = sum(counts.get(s, 0) for s in _VIEWS[status]) - len(jobs)
+    total = ", ".join(f"{counts.get(s, 0):,} {s}" for s in ("queued", "leased", "done"))
+    click.echo(f"queue: {total}" + (f" ({more:,} more not shown: --limit)" if more > 0 else ""))
+
+
+def _print_jobs(jobs: list[Job]) -> None:
     now = time.time()
     click.echo(f"{'RUN':<12}  {'STATUS':<6}  {'TRY':>3}  {'LEASE':>7}  {'OWNER':<24}  TASK")
     for j in jobs:

@@ -228,8 +228,12 @@ class Store(Protocol):
         `done`; False if `owner` no longer holds it."""
         ...
 
-    def jobs(self, status: JobStatus | None = None) -> list[Job]:
-        """The queue, oldest first, optionally of one status."""
+    def jobs(self, status: JobStatus | None = None, limit: int | None = None) -> list[Job]:
+        """The queue, oldest first, optionally of one status, at most `limit` jobs."""
+        ...
+
+    def job_counts(self) -> dict[JobStatus, int]:
+        """How many jobs the queue holds of each status (statuses with none are left out)."""
         ...
 
     def job(self, run_id: str) -> Job | None:

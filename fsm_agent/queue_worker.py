@@ -267,7 +267,7 @@ class QueueWorker:
         """No job queued or leased (leased first: a job moves queued → leased → queued,
         so this order never misses one that is waiting)."""
         try:
-            return not store.jobs("leased") and not store.jobs("queued")
+            return not store.jobs("leased", limit=1) and not store.jobs("queued", limit=1)
         except JournalError:
             return False
 

@@ -42,6 +42,7 @@ from stores.postgres_schema import (
     INSERT_EVENT,
     INSERT_JOB,
     INSERT_RUN,
+    JOB_COUNTS,
     LEASE_JOB,
     RELEASE_JOB,
     RENEW_LEASE,
@@ -310,8 +311,12 @@ class PostgresStore:
             params = {"status": status, "run_id": run_id, "owner": owner}
             return conn.execute(RELEASE_JOB, params).rowcount == 1
 
-    def jobs(self, status: JobStatus | None = None) -> list[Job]:
-        return [codec.job(r, self._error) for r in self._rows(SELECT_JOBS, {"status": status})]
+    def jobs(self, status: JobStatus | None = None, limit: int | None = None) -> list[Job]:
+        rows = self._rows(SELECT_JOBS, {"status": status, "limit": limit})  # NULL: no limit
+        return [codec.job(r, self._error) for r in rows]
+
+    def job_counts(self) -> dict[JobStatus, int]:
+        return dict(self._tuples(JOB_COUNTS, ()))
 
     def job(self, run_id: str) -> Job | None:
         rows = self._rows("SELECT * FROM queue WHERE run_id = %s", (run_id,))

@@ -190,4 +190,5 @@ RELEASE_JOB = """
     WHERE run_id = %(run_id)s AND status = 'leased' AND owner = %(owner)s"""
 SELECT_JOBS = """
     SELECT * FROM queue WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
-    ORDER BY submitted_at, run_id"""
+    ORDER BY submitted_at, run_id LIMIT %(limit)s"""
+JOB_COUNTS = "SELECT status, count(*) FROM queue GROUP BY status"

@@ -338,8 +338,11 @@ class SqliteStore:
     def release_job(self, run_id: str, owner: str, status: Literal["queued", "done"]) -> bool:
         return self._queue_write(queue_sql.RELEASE_JOB, run_id, owner, status=status)
 
-    def jobs(self, status: JobStatus | None = None) -> list[Job]:
-        return self._jobs(self._tuples(*queue_sql.select_jobs(status)))
+    def jobs(self, status: JobStatus | None = None, limit: int | None = None) -> list[Job]:
+        return self._jobs(self._tuples(*queue_sql.select_jobs(status, limit)))
+
+    def job_counts(self) -> dict[JobStatus, int]:
+        return dict(self._tuples(queue_sql.JOB_COUNTS, ()))
 
     def job(self, run_id: str) -> Job | None:
         found = self._jobs(self._tuples(*queue_sql.select_job(run_id)))

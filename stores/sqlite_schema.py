@@ -181,8 +181,14 @@ def select_job(run_id: str) -> tuple[str, tuple[Any, ...]]:
     return _SELECT_JOBS + " WHERE run_id = ?", (run_id,)
 
 
-def select_jobs(status: str | None) -> tuple[str, tuple[Any, ...]]:
-    """The queue, oldest first, optionally of one status (through the index)."""
+def select_jobs(status: str | None, limit: int | None) -> tuple[str, tuple[Any, ...]]:
+    """The queue, oldest first, optionally of one status (through the index), at most
+    `limit` jobs (-1: no limit, in SQLite)."""
+    cap = (-1 if limit is None else limit,)
     if status is None:
-        return _SELECT_JOBS + _OLDEST_FIRST, ()
-    return _SELECT_JOBS + " WHERE status = ?" + _OLDEST_FIRST, (status,)
+        return _SELECT_JOBS + _OLDEST_FIRST + " LIMIT ?", cap
+    return _SELECT_JOBS + " WHERE status = ?" + _OLDEST_FIRST + " LIMIT ?", (status, *cap)
+
+
+#: How many jobs there are of each status.
+JOB_COUNTS = "SELECT status, count(*) FROM queue GROUP BY status"

@@ -150,6 +150,16 @@ def test_a_run_id_is_queued_once_and_never_over_a_journaled_run(
     assert [j.run_id for j in qstore.jobs()] == ["r1"]
 
 
+def test_jobs_are_listed_oldest_first_capped_and_counted(qstore: Store) -> None:
+    ids = [submit(qstore, "agent_loop", f"steps {n}").run_id for n in (1, 2, 3)]
+    assert [j.run_id for j in qstore.jobs()] == ids
+    assert [j.run_id for j in qstore.jobs("queued", limit=2)] == ids[:2]
+    assert qstore.job_counts() == {"queued": 3}
+    assert qstore.lease_job("w", 30) is not None
+    assert qstore.job_counts() == {"queued": 2, "leased": 1}
+    assert [j.run_id for j in qstore.jobs("leased", limit=1)] == ids[:1]
+
+
 def test_lease_takes_the_oldest_job_and_never_one_that_is_leased(qstore: Store) -> None:
     first = submit(qstore, "agent_loop", "steps 1")
     second = submit(qstore, "agent_loop", "steps 2")
@@ -623,6 +633,12 @@ def test_cli_submit_and_queue(backend: str) -> None:
     as_json = json.loads(invoke("queue", "--db", backend, "--json", "--status", "queued").output)
     assert [(j["run_id"], j["budgets"]["max_steps"]) for j in as_json] == [(run_id, 4)]
     assert "no leased jobs" in invoke("queue", "--db", backend, "--status", "leased").output
+    assert "queue: 1 queued, 0 leased, 0 done\n" in listed.output
+    for _ in range(2):
+        invoke("submit", "agent_loop", "--task", "steps 1", "--db", backend)
+    capped = invoke("queue", "--db", backend, "--limit", "2").output
+    assert capped.count(" queued ") == 2
+    assert capped.endswith("queue: 3 queued, 0 leased, 0 done (1 more not shown: --limit)\n")
     bad = invoke("submit", "agent_loop", "--task", "x", "--max-steps", "0", "--db", backend)
     assert bad.exit_code == 2
     assert "Error: budget max_steps" in bad.output
