@@ -37,7 +37,7 @@ from fsm_agent.record import ToolCallEntry
 from fsm_agent.refs import resolve_callable
 from fsm_agent.snapshot import Snapshot, ToolOutcome
 from fsm_agent.spec import MachineSpec
-from fsm_agent.tools import ToolResult
+from fsm_agent.tools import ToolResult, argument_problem
 
 
 @attrs.frozen
@@ -250,19 +250,26 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
     if tool.privileged:
         assert_local_halt(ctx.control, "halt", ctx.halt_lane)
     args = dict(proposal.args)
-    call = _side_effect_call(
-        ctx,
-        tool.name,
-        args,
-        lambda timeout_s: call_with_deadline(
-            tool.fn,
-            kwargs=args,
-            timeout_s=timeout_s,
-            isolation=tool.isolation,
-            name=f"tool:{tool.name}",
-        ),
-    )
-    outcome = _record_call(ctx, outcome_from_call(tool.name, args, call))
+    problem = argument_problem(tool, args)
+    if problem is not None:  # never called (no call recorded): the model may try again
+        outcome = ctx.tool = ToolOutcome(
+            name=tool.name, args=args, status="failed", retryable=True,
+            error=f"arguments refused before the call: {problem}; {tool.name} was not called",
+        )  # fmt: skip
+    else:
+        call = _side_effect_call(
+            ctx,
+            tool.name,
+            args,
+            lambda timeout_s: call_with_deadline(
+                tool.fn,
+                kwargs=args,
+                timeout_s=timeout_s,
+                isolation=tool.isolation,
+                name=f"tool:{tool.name}",
+            ),
+        )
+        outcome = _record_call(ctx, outcome_from_call(tool.name, args, call))
     trigger = {"returned": "tool_returned", "failed": "tool_failed", "timed_out": "tool_timed_out"}[
         outcome.status
     ]

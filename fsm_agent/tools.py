@@ -6,7 +6,9 @@ tool returns a `ToolResult` (or a dict of the same shape); receipts are its evid
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+import inspect
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -57,6 +59,46 @@ class Tool:
     privileged: bool = False
     idempotent: bool = False
     isolation: Isolation = "thread"
+
+
+def argument_problem(tool: Tool, args: Mapping[str, Any]) -> str | None:
+    """Why the tool cannot take `args` (a required argument missing, one it does not know),
+    or None. Checked before the call: a call the tool's signature refuses is never made, so
+    the model can be asked again without a side effect to worry about."""
+    signature = _signature(tool.fn)
+    if signature is None:
+        return None
+    try:
+        signature.bind(**args)
+    except TypeError as exc:
+        return f"{exc} (it takes {tool.name}({_parameters(signature)}))"
+    return None
+
+
+def _parameters(signature: inspect.Signature) -> str:
+    """The parameters as a model should read them: names, `*`/`**`, `=…` for a default."""
+    shown = []
+    for p in signature.parameters.values():
+        star = "*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else ""
+        shown.append(f"{star}{p.name}{'' if p.default is p.empty else '=…'}")
+    return ", ".join(shown)
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return _cached_signature(fn)
+    except TypeError:  # an unhashable callable: not cached
+        return _signature_of(fn)
+
+
+def _signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without one: the call decides
+        return None
+
+
+_cached_signature = functools.lru_cache(maxsize=1024)(_signature_of)
 
 
 class ToolRegistry:

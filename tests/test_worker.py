@@ -49,7 +49,9 @@ from fsm_agent.halt import CANNOT_METER
 from fsm_agent.journal import Event, RunRow
 from fsm_agent.proposals import ToolCall
 from fsm_agent.record import RECORD_TOOL_CALLS
+from fsm_agent.replay import replay_events
 from fsm_agent.spec import MachineSpec, parse_machine
+from fsm_agent.tools import argument_problem
 from stores.sqlite import SqliteStore
 from tests import fixture_tools
 from tests.fixture_tools import process_alive
@@ -822,6 +824,80 @@ def test_a_plain_exception_is_a_non_retryable_tool_error(
     assert counter.n == 1
     assert record.error is not None
     assert "KeyError" in record.error
+
+
+def test_arguments_a_tool_cannot_take_are_refused_before_the_call_and_asked_again(
+    journal: SqliteStore, record_path: Path
+) -> None:
+    counter = Counter()
+    reg = ToolRegistry()
+
+    @reg.tool(privileged=True)
+    def charge(amount_cents: int, idempotency_key: str) -> ToolResult:
+        counter.hit()
+        return ToolResult(receipts=(Receipt(status=201, id="ch_1"),), final="charged ch_1")
+
+    prompts: list[Prompt] = []
+    replies = [
+        call("charge", amount=5, key="k"),
+        call("charge", amount_cents=5, idempotency_key="k"),
+    ]
+
+    def model(prompt: Prompt) -> Any:
+        prompts.append(prompt)
+        return replies[len(prompts) - 1]
+
+    record = go(journal, record_path, model, reg)
+    events = assert_contract(record, record_path, journal)
+    assert record.halt_reason is HaltReason.COMPLETED
+    assert counter.n == 1  # the refused call was never made
+    assert record.meters.retries_used == 1
+    assert [c.args for c in record.tool_calls] == [{"amount_cents": 5, "idempotency_key": "k"}]
+    [refused] = [e for e in events if e.trigger == "tool_failed"]
+    assert refused.retry
+    assert refused.facts is not None
+    assert refused.facts.error is not None
+    assert "missing a required argument: 'amount_cents'" in refused.facts.error
+    assert "it takes charge(amount_cents, idempotency_key)" in refused.facts.error
+    assert "charge was not called" in refused.facts.error
+    assert prompts[1].history[-1]["error"] == refused.facts.error  # the model is told why
+    assert replay_events(journal.get_run(record.run_id), events).ok
+
+
+def test_a_model_that_never_gets_the_arguments_right_spends_the_retry_budget(
+    journal: SqliteStore, record_path: Path
+) -> None:
+    counter = Counter()
+    reg = ToolRegistry()
+
+    @reg.tool()
+    def lookup(q: str) -> ToolResult:
+        counter.hit()
+        return ToolResult(observation={"q": q})
+
+    record = go(journal, record_path, [call("lookup", query="x")] * 5, reg,
+                budgets={"max_retries": 2})  # fmt: skip
+    assert_contract(record, record_path, journal)
+    assert record.halt_reason is HaltReason.RETRY_BUDGET
+    assert counter.n == 0
+    assert record.tool_calls == ()
+    assert record.error is not None
+    assert "missing a required argument: 'q' (it takes lookup(q))" in record.error
+
+
+def test_argument_problem_reads_the_signature_once_and_lets_kwargs_through() -> None:
+    def strict(a: int, *, b: str = "") -> None: ...
+
+    def loose(**anything: Any) -> None: ...
+
+    assert argument_problem(Tool(name="s", fn=strict), {"a": 1, "b": "x"}) is None
+    missing = argument_problem(Tool(name="s", fn=strict), {}) or ""
+    assert missing.startswith("missing a required argument: 'a' (it takes s(a, b=…))")
+    assert "unexpected keyword argument 'c'" in (
+        argument_problem(Tool(name="s", fn=strict), {"a": 1, "c": 2}) or ""
+    )
+    assert argument_problem(Tool(name="l", fn=loose), {"x": 1, "y": 2}) is None
+    assert argument_problem(Tool(name="p", fn=print), {"sep": "-"}) is None  # no signature issue
 
 
 @pytest.mark.parametrize(
