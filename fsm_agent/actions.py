@@ -48,6 +48,16 @@ class ActionResult:
     result: ToolResult | None = None
 
 
+#: The actions that touch nothing outside the run: any other (a tool call, a user action)
+#: may have a side effect.
+PURE_ACTIONS = frozenset({"model", "receipts"})
+
+
+def has_side_effect(action: str | None) -> bool:
+    """Whether a state's action may change the world (a tool call or a user action)."""
+    return bool(action) and action not in PURE_ACTIONS
+
+
 def perform(ctx: RunContext, state: str, action: str) -> tuple[str, Facts]:
     """Run the action of the current state; return (outcome trigger, facts)."""
     if action == "model":

@@ -7,11 +7,13 @@ process is gone") for one a previous worker left, and nothing for one that has a
 halted (its worker died before releasing it). Each thread builds the model and the tools
 afresh for each job: adapters may keep state, and no two runs share one.
 
-Leases: a heartbeat renews every held lease each `lease_s / 3`. A renewal refused means the
-lease was lost (it expired, and another worker took the job over): the run is paused at its
-next model call. The journal refuses a second writer anyway: an event is appended only onto
-the run's head, so once the new owner has journaled its `resumed` event, the old owner's next
-write fails and its thread stops (the job is left to its new owner).
+Leases: a heartbeat renews every held lease each `lease_s / 3`, and the lease is renewed
+once more right before each side effect (a tool call, a user action). A renewal refused
+means the lease was lost (it expired, and another worker took the job over): the run is
+abandoned before that call, writing nothing more (`RunAbandoned`), or, noticed by the
+heartbeat, paused at its next model call. The journal refuses a second writer anyway: an
+event is appended only onto the run's head, so once the new owner has journaled its
+`resumed` event, the old owner's next write fails and its thread stops.
 
 Shutdown (SIGTERM or SIGINT, or `stop()`): no more leases; every run in flight is paused at
 its next model call and its job released back to the queue for another worker; after
@@ -36,10 +38,12 @@ from typing import Any, Literal
 
 import attrs
 
+from fsm_agent.actions import has_side_effect
 from fsm_agent.errors import (
     FsmAgentError,
     InvalidInputError,
     JournalError,
+    RunAbandoned,
     RunNotFound,
     RunPaused,
 )
@@ -343,6 +347,10 @@ class QueueWorker:
         except RunPaused as exc:
             self._paused(store, slot, exc)
             return
+        except RunAbandoned as exc:  # not released: the job is (or will be) another's
+            self._count("abandoned")
+            self._log(f"worker {slot.thread}: {exc}; left to the queue")
+            return
         except JournalError as exc:
             if attempt.exists():
                 attempt.replace(self.records / f"{job.run_id}.attempt{job.attempts}.failed.json")
@@ -395,11 +403,18 @@ class QueueWorker:
         return run(queued_spec(job), task=job.task, budgets=budgets, run_id=job.run_id, **common)
 
     def _watch(self, store: Store, slot: _Slot) -> Callable[[Event], None]:
-        """After each committed event: queue the pause the worker asked for, once; the run
-        applies it before its next model call."""
+        """After each committed event: before a side effect (a tool call or a user action),
+        make sure the lease is still this worker's — renewed now, or the run is abandoned
+        without the call; then queue the pause the worker asked for, once (the run applies
+        it before its next model call)."""
+        spec = queued_spec(slot.job)
 
         def on_transition(event: Event) -> None:
-            if slot.stop is None or slot.pause_queued or event.halt is not None:
+            if event.halt is not None:
+                return
+            if has_side_effect(spec.state(event.dest).action):
+                self._hold_before_side_effect(store, slot)
+            if slot.stop is None or slot.pause_queued:
                 return
             slot.pause_queued = True
             store.add_control(
@@ -408,6 +423,22 @@ class QueueWorker:
             )  # fmt: skip
 
         return on_transition
+
+    def _hold_before_side_effect(self, store: Store, slot: _Slot) -> None:
+        """Renew the lease, or raise `RunAbandoned`: a worker that stalled past its lease
+        (another may have taken the run over) must not make the run's next call."""
+        run_id = slot.job.run_id
+        try:
+            held = store.renew_lease(run_id, slot.owner, self.lease_s)
+        except JournalError as exc:
+            why = f"its lease could not be confirmed before a side effect ({exc})"
+        else:
+            if held:
+                return
+            why = "its lease was lost before a side effect (another worker took the run over)"
+        with self._lock:
+            slot.stop = slot.stop or why
+        raise RunAbandoned(run_id, f"{why}; the call was not made")
 
     def _paused(self, store: Store, slot: _Slot, exc: RunPaused) -> None:
         """A worker's pause gives the job back to the queue; a person's takes it out: the

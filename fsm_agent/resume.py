@@ -20,7 +20,13 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from fsm_agent.actions import call_entry, failure_note, proposal_note, receipts_note
+from fsm_agent.actions import (
+    call_entry,
+    failure_note,
+    has_side_effect,
+    proposal_note,
+    receipts_note,
+)
 from fsm_agent.chain import verify_chain
 from fsm_agent.context import Clock, RunContext
 from fsm_agent.errors import InvalidInputError
@@ -221,7 +227,7 @@ def unknown_side_effect(spec: MachineSpec, ctx: RunContext, state: str) -> str |
             f" has no journaled receipt; it is {what}, so it is not re-issued: its side effect"
             " is unknown — check it by hand"
         )
-    if action not in ("model", "receipts"):
+    if has_side_effect(action):
         return (
             f"the user action {action!r} was running and has no journaled result; its side"
             " effect is unknown — check it by hand"

@@ -26,6 +26,7 @@ from fsm_agent.errors import (
     Interrupted,
     InvalidInputError,
     JournalError,
+    RunAbandoned,
     RunPaused,
 )
 from fsm_agent.halt import HaltReason
@@ -239,6 +240,8 @@ class _Worker(Resumption, OperatorControls):
                     self._step()
             except RunPaused:
                 self.store.mark_run(self.run_id, "paused", None, None)
+                raise
+            except RunAbandoned:  # not ours any more: nothing is written, not even a record
                 raise
             except Interrupted as exc:
                 self._force(HaltReason.INTERRUPTED, "signal", str(exc), signum=exc.signum)

@@ -535,7 +535,7 @@ def test_a_run_left_mid_way_is_resumed_and_one_already_halted_only_released(
     assert {j.attempts for j in qstore.jobs()} == {2}
 
 
-def test_a_lost_lease_pauses_the_run_and_the_new_owner_finishes_it(
+def test_a_lost_lease_stops_the_run_before_its_next_call_and_the_new_owner_finishes_it(
     qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gate = tmp_path / "gate"
@@ -550,19 +550,51 @@ def test_a_lost_lease_pauses_the_run_and_the_new_owner_finishes_it(
     time.sleep(0.3)
     assert qstore.lease_job("thief", 30) is not None
     wait_for("the lease loss", lambda: any("lost its lease" in x for x in lines))
-    gate.touch()  # the run goes on to its next model call, and pauses there
-    wait_for("the stale release", lambda: any("lease had been lost" in x for x in lines))
-    last = events_of(backend, job.run_id)[-1]
-    assert last.kind == "operator"
-    assert last.trigger == "pause"
-    assert last.note is not None
-    assert last.note.startswith(f"paused by {WORKER_WHO} ")
-    assert qstore.get_run(job.run_id).status == "paused"
+    gate.touch()  # the model replies with a tool call: the worker stops before making it
+    wait_for("the abandon", lambda: any(f"run {job.run_id} abandoned" in x for x in lines))
+    events = events_of(backend, job.run_id)
+    assert [e.dest for e in events] == ["drafting", "tool_pending"]
+    assert qstore.get_run(job.run_id).status == "running"  # as last committed: nothing more
     assert qstore.release_job(job.run_id, "thief", "queued")  # the thief gives it back
     thread.join(WAIT_S)
     assert code == [0]
     assert_journal_sound(backend, tmp_path / "records", replay=True)
     assert [j.attempts for j in qstore.jobs()] == [3]
+
+
+def test_a_worker_that_lost_its_lease_never_makes_the_next_call(
+    qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = tmp_path / "gate"
+    monkeypatch.setenv(GATE_ENV, str(gate))
+    job = submit(qstore, "agent_loop", "gated charge 1")
+    lines: list[str] = []
+    # The heartbeat comes too late to keep a 0.2 s lease: a thief takes the job while the
+    # model call waits at the gate; the reply then proposes a charge.
+    w = worker(backend, tmp_path / "records", lease_s=0.2, heartbeat_s=30.0, max_jobs=1,
+               log=lines.append)  # fmt: skip
+    thread, code = in_background(w)
+    wait_for("the run to start", lambda: events_of(backend, job.run_id))
+    time.sleep(0.3)
+    assert qstore.lease_job("thief", 30) is not None
+    gate.touch()
+    thread.join(WAIT_S)
+    assert code == [0]
+    assert any(f"run {job.run_id} abandoned by this process: its lease was lost" in x
+               for x in lines), lines  # fmt: skip
+    assert w.outcomes == {"abandoned": 1}
+    events = events_of(backend, job.run_id)
+    assert [e.dest for e in events] == ["drafting", "tool_pending"]  # the charge: never made
+    assert all(e.facts is None or e.facts.tool is None for e in events)
+    assert qstore.get_run(job.run_id).record is None  # nothing written for it, no record
+    # The thief gives the job back; its next owner cannot know the charge was never made
+    # (the run stopped in tool_pending), so it does not charge blind: a person checks.
+    assert qstore.release_job(job.run_id, "thief", "queued")
+    assert worker(backend, tmp_path / "records", idle_exit=True).serve() == 0
+    row = qstore.get_run(job.run_id)
+    assert row.halt_reason is not None
+    assert row.halt_reason.value == "side_effect_unknown"
+    assert verify_run(qstore, job.run_id).ok
 
 
 def test_a_persons_pause_takes_the_job_out_of_the_queue(
