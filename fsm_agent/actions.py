@@ -218,7 +218,7 @@ def _record_call(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
     """Make `outcome` the run's last tool outcome and count it: meters, cost, the record."""
     ctx.tool = outcome
     ctx.add_cost(outcome.cost)
-    ctx.tool_calls.append(call_entry(ctx.steps_used, outcome))
+    ctx.count_call(call_entry(ctx.steps_used, outcome))
     return outcome
 
 

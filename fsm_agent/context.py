@@ -4,6 +4,7 @@ its meters and clock, and what it has seen so far; `snapshot()` freezes it for a
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -13,7 +14,7 @@ from fsm_agent.budgets import Budgets, Meters
 from fsm_agent.lanes import ControlPlane, Lane
 from fsm_agent.models import ModelAdapter
 from fsm_agent.proposals import Proposal
-from fsm_agent.record import ToolCallEntry
+from fsm_agent.record import RECORD_TOOL_CALLS, ToolCallEntry
 from fsm_agent.snapshot import Snapshot, ToolOutcome
 from fsm_agent.spec import MachineSpec
 from fsm_agent.tools import ToolRegistry
@@ -53,7 +54,10 @@ class RunContext:
     repeats: int = 0
     last_call: str | None = None
     history: list[dict[str, Any]] = attrs.field(factory=list)
-    tool_calls: list[ToolCallEntry] = attrs.field(factory=list)
+    #: the last RECORD_TOOL_CALLS calls (what the record and a handoff show); `calls_made`
+    #: counts them all (the journal has every one)
+    tool_calls: deque[ToolCallEntry] = attrs.field(factory=lambda: deque(maxlen=RECORD_TOOL_CALLS))
+    calls_made: int = 0
 
     def read_clock(self) -> int:
         """One clock reading, as ms since the run started; updates the elapsed meter."""
@@ -86,6 +90,11 @@ class RunContext:
             repair=self.repair,
         )
 
+    def count_call(self, entry: ToolCallEntry) -> None:
+        """One tool call made: counted, and kept among the last ones."""
+        self.tool_calls.append(entry)
+        self.calls_made += 1
+
     def add_cost(self, cost: float) -> None:
         """Add a cost already validated by `ModelReply` / `ToolResult` (finite, >= 0)."""
         self.cost += cost
@@ -95,7 +104,7 @@ class RunContext:
         """The meters as a frozen value (taken for each snapshot and for the record)."""
         return Meters(
             steps_used=self.steps_used,
-            tool_calls=len(self.tool_calls),
+            tool_calls=self.calls_made,
             retries_used=self.retries_used,
             cost=self.cost,
             elapsed_ms=self.elapsed_ms,

@@ -195,9 +195,9 @@ def _replay_facts(ctx: RunContext, event: Event) -> None:
             )
     elif facts.action == "receipts" and snap.tool is not None and snap.tool.status == "returned":
         note = receipts_note(snap.tool)
-    elif facts.tool is not None and snap.meters.tool_calls > len(ctx.tool_calls):
+    elif facts.tool is not None and snap.meters.tool_calls > ctx.calls_made:
         # the call was made and counted (a refused name never reached a tool)
-        ctx.tool_calls.append(call_entry(snap.meters.steps_used, facts.tool))
+        ctx.count_call(call_entry(snap.meters.steps_used, facts.tool))
         note = failure_note(facts.tool) if facts.action == "tool" else None
     if note is not None:
         ctx.history.append(note)

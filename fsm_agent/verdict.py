@@ -12,7 +12,7 @@ from typing import Any
 from fsm_agent.context import RunContext
 from fsm_agent.halt import HANDOFF, HaltReason, cannot_answer, terminal_state
 from fsm_agent.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
-from fsm_agent.record import RECORD_TOOL_CALLS, HaltRecord, HandoffPacket
+from fsm_agent.record import HaltRecord, HandoffPacket
 
 
 def build_record(
@@ -29,14 +29,14 @@ def build_record(
 ) -> HaltRecord:
     """The record for a run that halted with `reason` (`note` overrides the explanation)."""
     state = terminal_state(reason)
-    omitted = max(0, len(ctx.tool_calls) - RECORD_TOOL_CALLS)
+    omitted = ctx.calls_made - len(ctx.tool_calls)
     error = note if note is not None else explain(ctx, reason)
     return HaltRecord(
         task=ctx.task,
         max_steps=ctx.budgets.max_steps,
         wall_clock_ms=ctx.budgets.wall_clock_ms,
         steps_used=ctx.meters.steps_used,
-        tool_calls=tuple(ctx.tool_calls[omitted:]),
+        tool_calls=tuple(ctx.tool_calls),
         tool_calls_omitted=omitted,
         halt_reason=reason,
         answer=answer(ctx, reason),
@@ -99,6 +99,9 @@ def handoff_packet(ctx: RunContext, reason: HaltReason, why: str | None) -> Hand
         f"step {c.step}: {c.name}({json.dumps(c.args, sort_keys=True, default=repr)}) -> {c.status}"
         for c in ctx.tool_calls
     )
+    omitted = ctx.calls_made - len(ctx.tool_calls)
+    if omitted:  # a long run's packet stays readable; the journal has every call
+        tried = (f"({omitted} earlier calls omitted: see the journal)", *tried)
     proposal = ctx.proposal
     frozen: dict[str, Any] | None = None
     if isinstance(proposal, ToolCall):

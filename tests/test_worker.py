@@ -1324,6 +1324,26 @@ def test_the_record_keeps_the_last_tool_calls_and_counts_the_rest(
     assert len(tool_events) == steps  # the journal keeps every one
 
 
+def test_a_long_runs_handoff_packet_lists_the_last_calls_and_counts_the_rest(
+    journal: SqliteStore, record_path: Path
+) -> None:
+    reg = ToolRegistry()
+
+    @reg.tool(isolation="inline")
+    def ping(n: int) -> ToolResult:
+        return ToolResult(observation=n)
+
+    steps = RECORD_TOOL_CALLS + 5
+    replies = [call("ping", n=i) for i in range(steps)] + [{"handoff": {"why": "stuck"}}]
+    record = go(journal, record_path, replies, reg, budgets={"max_steps": steps + 1})
+    assert record.halt_reason is HaltReason.HANDOFF_REQUESTED
+    assert record.handoff is not None
+    tried = record.handoff.tried
+    assert tried[0] == "(5 earlier calls omitted: see the journal)"
+    assert len(tried) == RECORD_TOOL_CALLS + 1
+    assert tried[-1] == f'step {steps}: ping({{"n": {steps - 1}}}) -> returned'
+
+
 def test_an_inline_tool_past_its_time_cap_is_refused_not_unknown(
     journal: SqliteStore, record_path: Path
 ) -> None:
