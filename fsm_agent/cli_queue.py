@@ -26,6 +26,7 @@ from fsm_agent.cli_options import (
     model_factory_options,
     shown,
 )
+from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import Job, JobStatus
 from fsm_agent.models import ModelAdapter
 
@@ -137,7 +138,8 @@ _VIEWS: dict[str, tuple[JobStatus, ...]] = {
     "queued": ("queued",),
     "leased": ("leased",),
     "done": ("done",),
-    "all": ("leased", "queued", "done"),
+    "cancelled": ("cancelled",),
+    "all": ("leased", "queued", "done", "cancelled"),
 }
 
 
@@ -176,7 +178,9 @@ def queue(status: str, limit: int, db: str, as_json: bool) -> None:
     else:
         click.echo(f"no {'' if status == 'all' else status + ' '}jobs in {shown(db)}")
     more = sum(counts.get(s, 0) for s in _VIEWS[status]) - len(jobs)
-    total = ", ".join(f"{counts.get(s, 0):,} {s}" for s in ("queued", "leased", "done"))
+    total = ", ".join(
+        f"{counts.get(s, 0):,} {s}" for s in ("queued", "leased", "done", "cancelled")
+    )
     click.echo(f"queue: {total}" + (f" ({more:,} more not shown: --limit)" if more > 0 else ""))
 
 
@@ -190,3 +194,37 @@ def _print_jobs(jobs: list[Job]) -> None:
             f"{j.run_id:<12}  {j.status:<6}  {j.attempts:>3}  {lease:>7}  {j.owner or '':<24}"
             f"  {task}"
         )
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--why", required=True, help="Why (kept with the job).")
+@click.option("--who", help="Who takes it out (default: the login name).")
+@db_option
+@cli_errors
+def dequeue(run_id: str, why: str, who: str | None, db: str) -> None:
+    """Take a job out of the run queue: one that is queued, or whose worker is gone (its
+    lease expired). Never started: cancelled. Started: its run waits for `fsm-agent resume`.
+    A job a live worker holds is refused: pause its run (that takes it out too)."""
+    from fsm_agent.cli_review import signature
+
+    by, at = signature(who, why)
+    with journal_store(db, must_exist=True) as store:
+        status = store.dequeue_job(run_id, f"dequeued by {by} at {at}: {why}")
+        job = store.job(run_id)
+    if status == "cancelled":
+        click.echo(f"job {run_id} cancelled: its run never started")
+    elif status == "done":
+        click.echo(
+            f"job {run_id} taken out of the queue; its run waits, as last journaled, for"
+            f" `fsm-agent resume {run_id} --db {shown(db)} --model …`"
+        )
+    elif job is None:
+        raise InvalidInputError(f"no job for run {run_id} in the queue of {shown(db)}")
+    elif job.status == "leased":
+        raise InvalidInputError(
+            f"job {run_id} is leased by {job.owner}, which is driving it: pause the run"
+            f" (`fsm-agent pause {run_id} --why …`), which takes it out of the queue"
+        )
+    else:
+        raise InvalidInputError(f"job {run_id} is already out of the queue ({job.status})")

@@ -285,14 +285,19 @@ def signed_control(
     run_id: str | None, kind: ControlKind, payload: dict[str, Any], who: str | None, why: str
 ) -> Control:
     """An operator's act, signed: who (the login name by default), why (required), when."""
+    who, at = signature(who, why)
+    return Control(id=0, run_id=run_id, kind=kind, payload=payload, who=who, why=why, at=at)
+
+
+def signature(who: str | None, why: str) -> tuple[str, str]:
+    """Who acts (the login name by default) and when; refuses an act without a why."""
     import getpass
 
     from fsm_agent.halting import now_iso
 
     if not why.strip():
         raise InvalidInputError("--why must say why")
-    return Control(id=0, run_id=run_id, kind=kind, payload=payload,
-                   who=who or getpass.getuser(), why=why, at=now_iso())  # fmt: skip
+    return who or getpass.getuser(), now_iso()
 
 
 def _routing(kind: ControlKind, why: str, who: str | None, db: str) -> None:

@@ -118,7 +118,7 @@ class Control:
     at: str
 
 
-JobStatus = Literal["queued", "leased", "done"]
+JobStatus = Literal["queued", "leased", "done", "cancelled"]
 
 
 @attrs.frozen
@@ -141,6 +141,8 @@ class Job:
     owner: str | None = None
     lease_until: float | None = None
     attempts: int = 0
+    #: why a person took it out of the queue (`fsm-agent dequeue`): who, when, why
+    note: str | None = None
 
 
 @attrs.frozen
@@ -226,6 +228,12 @@ class Store(Protocol):
     def release_job(self, run_id: str, owner: str, status: Literal["queued", "done"]) -> bool:
         """Give a leased job back (`queued`: another worker may continue it) or mark it
         `done`; False if `owner` no longer holds it."""
+        ...
+
+    def dequeue_job(self, run_id: str, note: str) -> JobStatus | None:
+        """Take a job out of the queue by a person's hand, if it is queued or its lease has
+        expired: `cancelled` when its run never started, `done` when it did (the run waits
+        for `fsm-agent resume`). None when the job is not there, is leased, or is done."""
         ...
 
     def jobs(self, status: JobStatus | None = None, limit: int | None = None) -> list[Job]:

@@ -27,7 +27,7 @@ Fail = Callable[[str, str | None], JournalError]
 
 #: A job's columns, in the order every queue statement reads and writes them.
 JOB_COLUMNS = ("run_id", "machine", "machine_text", "task", "budgets", "submitted_at",
-               "status", "owner", "lease_until", "attempts")  # fmt: skip
+               "status", "owner", "lease_until", "attempts", "note")  # fmt: skip
 
 _HALT_REASONS = frozenset(r.value for r in HaltReason)
 
@@ -66,7 +66,7 @@ def job_params(job: Job) -> tuple[Any, ...]:
     """A job's INSERT parameters, in `JOB_COLUMNS` order (budgets as compact JSON)."""
     return (job.run_id, job.machine, job.machine_text, job.task,
             serde.dumps_compact(job.budgets), job.submitted_at, job.status, job.owner,
-            job.lease_until, job.attempts)  # fmt: skip
+            job.lease_until, job.attempts, job.note)  # fmt: skip
 
 
 def control_params(control: Control) -> tuple[Any, ...]:

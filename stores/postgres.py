@@ -39,6 +39,7 @@ from stores import codec, redact_dsn
 from stores.postgres_open import connect, explain, passwords, scrub
 from stores.postgres_schema import (
     APPEND_EVENT,
+    DEQUEUE_JOB,
     INSERT_EVENT,
     INSERT_JOB,
     INSERT_RUN,
@@ -310,6 +311,11 @@ class PostgresStore:
         with self._tx(run_id) as conn:
             params = {"status": status, "run_id": run_id, "owner": owner}
             return conn.execute(RELEASE_JOB, params).rowcount == 1
+
+    def dequeue_job(self, run_id: str, note: str) -> JobStatus | None:
+        with self._tx(run_id) as conn:
+            row = conn.execute(DEQUEUE_JOB, {"run_id": run_id, "note": note}).fetchone()
+        return None if row is None else row[0]
 
     def jobs(self, status: JobStatus | None = None, limit: int | None = None) -> list[Job]:
         rows = self._rows(SELECT_JOBS, {"status": status, "limit": limit})  # NULL: no limit

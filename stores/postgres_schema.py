@@ -111,6 +111,13 @@ MIGRATIONS: Final = (
             _NOW,
         ),
     ),
+    Migration(
+        "m003_queue_note",
+        (
+            # Why a job left the queue by a person's hand (`fsm-agent dequeue`).
+            "ALTER TABLE queue ADD COLUMN note TEXT",
+        ),
+    ),
 )
 
 INSERT_EVENT = """
@@ -162,8 +169,8 @@ SELECT_SUMMARIES = """
     ORDER BY machine, started_at, run_id"""
 INSERT_JOB = """
     INSERT INTO queue (run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
-                       lease_until, attempts)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                       lease_until, attempts, note)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
     ON CONFLICT (run_id) DO NOTHING"""
 #: Take the oldest job that is queued or whose lease has expired, skipping rows another
 #: worker is leasing right now; the server's clock decides expiry.
@@ -180,6 +187,15 @@ LEASE_JOB = """
         attempts = q.attempts + 1
     FROM picked WHERE q.run_id = picked.run_id
     RETURNING q.*"""
+#: A person takes a job out of the queue (see `stores.sqlite_schema.DEQUEUE_JOB`).
+DEQUEUE_JOB = """
+    UPDATE queue SET status = CASE WHEN EXISTS (SELECT 1 FROM runs
+                                                WHERE run_id = %(run_id)s::text)
+                                   THEN 'done' ELSE 'cancelled' END,
+                     owner = NULL, lease_until = NULL, note = %(note)s::text
+    WHERE run_id = %(run_id)s::text
+      AND (status = 'queued' OR (status = 'leased' AND lease_until < fsm_agent_now()))
+    RETURNING status"""
 RENEW_LEASE = """
     UPDATE queue SET lease_until = fsm_agent_now() + %s::double precision
     WHERE run_id = %s AND status = 'leased' AND owner = %s"""

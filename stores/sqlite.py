@@ -338,6 +338,12 @@ class SqliteStore:
     def release_job(self, run_id: str, owner: str, status: Literal["queued", "done"]) -> bool:
         return self._queue_write(queue_sql.RELEASE_JOB, run_id, owner, status=status)
 
+    def dequeue_job(self, run_id: str, note: str) -> JobStatus | None:
+        params = {"run_id": run_id, "note": note, "now": time.time()}
+        with self._tx(run_id) as conn:
+            row = conn.execute(queue_sql.DEQUEUE_JOB, params).fetchone()
+        return None if row is None else row[0]
+
     def jobs(self, status: JobStatus | None = None, limit: int | None = None) -> list[Job]:
         return self._jobs(self._tuples(*queue_sql.select_jobs(status, limit)))
 

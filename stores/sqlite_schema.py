@@ -139,8 +139,8 @@ SELECT_SUMMARIES = """
 #: Every statement reads and writes a job's columns in this order (`stores.codec.JOB_COLUMNS`).
 INSERT_JOB = """
     INSERT INTO queue (run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
-                       lease_until, attempts)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+                       lease_until, attempts, note)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 #: A run id is used once: refused while it is in the queue (any status) or in the journal.
 JOB_OR_RUN = """
     SELECT 1 FROM queue WHERE run_id = :id UNION ALL SELECT 1 FROM runs WHERE run_id = :id"""
@@ -159,7 +159,17 @@ LEASE_JOB = """
                            ORDER BY submitted_at, run_id LIMIT 1))
         ORDER BY submitted_at, run_id LIMIT 1)
     RETURNING run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
-              lease_until, attempts"""
+              lease_until, attempts, note"""
+#: A person takes a job out of the queue: one that is queued, or whose lease expired (its
+#: worker is gone). Never started: `cancelled`; started (paused, or cut off): `done`, its
+#: run left for `fsm-agent resume`.
+DEQUEUE_JOB = """
+    UPDATE queue SET status = CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id)
+                                   THEN 'done' ELSE 'cancelled' END,
+                     owner = NULL, lease_until = NULL, note = :note
+    WHERE run_id = :run_id
+      AND (status = 'queued' OR (status = 'leased' AND lease_until < :now))
+    RETURNING status"""
 #: Only while `owner` holds the lease (an expired lease nobody took yet is still held).
 RENEW_LEASE = """
     UPDATE queue SET lease_until = :until
@@ -171,9 +181,15 @@ RELEASE_JOB = """
     WHERE run_id = :run_id AND owner = :owner AND status = 'leased'"""
 _SELECT_JOBS = """
     SELECT run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
-           lease_until, attempts
+           lease_until, attempts, note
     FROM queue"""
 _OLDEST_FIRST = " ORDER BY submitted_at, run_id"
+
+
+@_migration("m005_queue_note")
+def _m005(db: sqlite_utils.Database) -> None:
+    """Why a job left the queue by a person's hand (`fsm-agent dequeue`): who, why, when."""
+    db.execute("ALTER TABLE queue ADD COLUMN note TEXT")
 
 
 def select_job(run_id: str) -> tuple[str, tuple[Any, ...]]:

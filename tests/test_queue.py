@@ -18,6 +18,7 @@ import importlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -44,7 +45,7 @@ from fsm_agent.queue import WORKER_WHO, queued_spec, submit
 from fsm_agent.queue_worker import MAX_BACKOFF_S, QueueWorker, backoff_s
 from fsm_agent.replay import replay_events
 from fsm_agent.tools import load_tools
-from stores import open_store
+from stores import is_dsn, open_store
 from tests import queue_fixture
 from tests.queue_fixture import GATE_ENV, STEP_MS_ENV, expected
 
@@ -665,15 +666,109 @@ def test_cli_submit_and_queue(backend: str) -> None:
     as_json = json.loads(invoke("queue", "--db", backend, "--json", "--status", "queued").output)
     assert [(j["run_id"], j["budgets"]["max_steps"]) for j in as_json] == [(run_id, 4)]
     assert "no leased jobs" in invoke("queue", "--db", backend, "--status", "leased").output
-    assert "queue: 1 queued, 0 leased, 0 done\n" in listed.output
+    assert "queue: 1 queued, 0 leased, 0 done, 0 cancelled\n" in listed.output
     for _ in range(2):
         invoke("submit", "agent_loop", "--task", "steps 1", "--db", backend)
     capped = invoke("queue", "--db", backend, "--limit", "2").output
     assert capped.count(" queued ") == 2
-    assert capped.endswith("queue: 3 queued, 0 leased, 0 done (1 more not shown: --limit)\n")
+    assert capped.endswith(
+        "queue: 3 queued, 0 leased, 0 done, 0 cancelled (1 more not shown: --limit)\n"
+    )
     bad = invoke("submit", "agent_loop", "--task", "x", "--max-steps", "0", "--db", backend)
     assert bad.exit_code == 2
     assert "Error: budget max_steps" in bad.output
+
+
+def test_dequeue_cancels_a_job_that_never_started_and_holds_one_that_did(
+    qstore: Store, backend: str, tmp_path: Path
+) -> None:
+    started = submit(qstore, "agent_loop", "steps 2")
+    never = submit(qstore, "agent_loop", "steps 1")
+    running = submit(qstore, "agent_loop", "steps 3")
+    # `started`: leased by a worker that journaled its first event, then died.
+    assert qstore.lease_job("dead", 0.05) == attrs.evolve(
+        started, status="leased", owner="dead", lease_until=ANY, attempts=1
+    )
+    with pytest.raises(_Crash):
+        run("agent_loop", task=started.task, model=load_model(MODEL), tools=load_tools(TOOLS),
+            store=qstore, run_id=started.run_id, record_path=tmp_path / "x.json",
+            handle_signals=False, on_transition=_crash_after(1))  # fmt: skip
+    qstore.mark_run(started.run_id, "running", None, None)  # its process is gone
+    # `running`: leased by a live worker; `never`: queued, never started.
+    assert [qstore.lease_job("live", 30) for _ in range(2)] == [ANY, ANY]
+    assert qstore.release_job(never.run_id, "live", "queued")
+    time.sleep(0.1)  # the dead worker's lease on `started` expires
+
+    out = invoke("dequeue", never.run_id, "--why", "wrong task", "--who", "ops", "--db", backend)
+    assert out.exit_code == 0, out.output
+    assert f"job {never.run_id} cancelled: its run never started" in out.output
+    out = invoke("dequeue", started.run_id, "--why", "look first", "--db", backend)
+    assert out.exit_code == 0, out.output
+    assert f"its run waits, as last journaled, for `fsm-agent resume {started.run_id}" in out.output
+    refused = invoke("dequeue", running.run_id, "--why", "x", "--db", backend)
+    assert refused.exit_code == 2
+    assert "is leased by live, which is driving it: pause the run" in refused.output
+    again = invoke("dequeue", never.run_id, "--why", "x", "--db", backend)
+    assert again.exit_code == 2
+    assert "already out of the queue (cancelled)" in again.output
+    missing = invoke("dequeue", "nope", "--why", "x", "--db", backend)
+    assert (missing.exit_code, "no job for run nope" in missing.output) == (2, True)
+    assert invoke("dequeue", running.run_id, "--why", " ", "--db", backend).exit_code == 2
+
+    cancelled = qstore.job(never.run_id)
+    assert cancelled is not None
+    assert cancelled.status == "cancelled"
+    assert cancelled.note is not None
+    assert cancelled.note.startswith("dequeued by ops at ")
+    assert cancelled.note.endswith(": wrong task")
+    held = qstore.job(started.run_id)
+    assert held is not None
+    assert (held.status, held.owner, held.lease_until) == ("done", None, None)
+    assert qstore.job_counts() == {"cancelled": 1, "done": 1, "leased": 1}
+    listed = invoke("queue", "--db", backend, "--status", "cancelled").output
+    assert never.run_id in listed
+    assert listed.endswith("queue: 0 queued, 1 leased, 1 done, 1 cancelled\n")
+    # A worker never takes either; the held run is a person's to resume.
+    assert qstore.lease_job("w", 30) is None
+    record = resume_run(started.run_id, model=load_model(MODEL), tools=load_tools(TOOLS),
+                        store=qstore, record_path=tmp_path / "held.json")  # fmt: skip
+    assert record.halt_reason.value == "completed"
+
+
+def test_an_older_journal_gains_the_note_column_and_keeps_its_jobs(backend: str) -> None:
+    store = open_store(backend)
+    job = submit(store, "agent_loop", "steps 1")
+    store.close()
+    # Make it the journal an fsm-agent before the note column wrote.
+    raw = _raw_sql(backend)
+    raw("ALTER TABLE queue DROP COLUMN note")
+    if is_dsn(backend):
+        raw("DELETE FROM fsm_agent_migrations WHERE name = 'm003_queue_note'")
+    else:
+        raw("DELETE FROM _sqlite_migrations WHERE name = 'm005_queue_note'")
+    store = open_store(backend)  # migrates
+    try:
+        assert store.job(job.run_id) == job
+        assert store.dequeue_job(job.run_id, "by test") == "cancelled"
+    finally:
+        store.close()
+
+
+def _raw_sql(location: str) -> Callable[[str], None]:
+    def execute(statement: str) -> None:
+        if is_dsn(location):
+            import psycopg
+
+            with psycopg.connect(location, autocommit=True) as pg:
+                pg.execute(statement.encode())
+            return
+        conn = sqlite3.connect(location, isolation_level=None)
+        try:
+            conn.execute(statement)
+        finally:
+            conn.close()
+
+    return execute
 
 
 def test_cli_worker_refuses_bad_input_before_leasing(backend: str, tmp_path: Path) -> None:

@@ -1080,13 +1080,15 @@ def test_a_keyword_dsn_opens_the_same_journal(pg_location: str) -> None:
 
 
 def test_postgres_refuses_truncate_and_keeps_the_schema(pg_location: str) -> None:
+    from stores.postgres_schema import MIGRATIONS
+
     backend = PostgresBackend(pg_location)
     s = backend.open()
     try:
         s.start_run(run_row(), started())
         with pytest.raises(backend.integrity_error, match="append-only"):
             backend.sql("TRUNCATE events CASCADE")
-        assert backend.migrations() == ["m001_journal", "m002_queue"]
+        assert backend.migrations() == [m.name for m in MIGRATIONS]
         assert s.events("run-1") == [started()]
         # the head moves in the INSERT's own statement, by the trigger
         assert backend.sql("SELECT head_seq FROM runs") == [(0,)]
