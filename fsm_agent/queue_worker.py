@@ -221,7 +221,7 @@ class QueueWorker:
             self._log_fn(line)
             return
         with contextlib.suppress(OSError):  # a closed terminal does not stop the worker
-            print(line, file=sys.stderr, flush=True)
+            print(f"{now_iso()} {line}", file=sys.stderr, flush=True)
 
     # --- threads ---------------------------------------------------------------------------
 
