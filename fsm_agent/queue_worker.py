@@ -34,33 +34,24 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal
+from typing import Any
 
-import attrs
-
-from fsm_agent.actions import has_side_effect
 from fsm_agent.errors import (
     FsmAgentError,
     InvalidInputError,
     JournalError,
-    RunAbandoned,
-    RunNotFound,
-    RunPaused,
 )
 from fsm_agent.halt import EXIT_INTERNAL_ERROR
 from fsm_agent.halting import now_iso
-from fsm_agent.journal import Control, Event, Job, RunRow, Store
+from fsm_agent.journal import Store
 from fsm_agent.models import ModelAdapter
 from fsm_agent.queue import (
     DEFAULT_DRAIN_S,
     DEFAULT_LEASE_S,
     DEFAULT_RECORDS,
-    WORKER_WHO,
-    queued_spec,
 )
-from fsm_agent.record import HaltRecord, write_record
+from fsm_agent.queue_job import JobDriving, Outcome, Slot
 from fsm_agent.tools import ToolRegistry
-from fsm_agent.worker import resume_run, run
 from stores import open_store, redact_dsn
 
 #: The longest wait between two leasing tries while the journal keeps failing.
@@ -76,24 +67,7 @@ def backoff_s(failures: int, poll_s: float) -> float:
     return min(MAX_BACKOFF_S, poll_s * 2.0 ** min(failures, 32))
 
 
-@attrs.define
-class _Slot:
-    """One leased job in flight on one of the worker's threads."""
-
-    job: Job
-    thread: str
-    owner: str
-    #: why the run must stop at its next model call (lease lost, shutting down)
-    stop: str | None = None
-    pause_queued: bool = False
-    #: set before the thread releases the job: the heartbeat leaves it alone
-    released: bool = False
-
-
-Outcome = Literal["halted", "paused", "held", "released", "failed", "abandoned"]
-
-
-class QueueWorker:
+class QueueWorker(JobDriving):
     """Leases jobs from the queue at `location` and runs them, `concurrency` at a time.
 
     `model` and `tools` build a fresh adapter and registry for each job. `serve()` runs
@@ -133,7 +107,7 @@ class QueueWorker:
         self.outcomes: Counter[Outcome] = Counter()
         self._log_fn = log
         self._lock = threading.Lock()
-        self._slots: dict[str, _Slot] = {}
+        self._slots: dict[str, Slot] = {}
         self._taken = 0
         self._stopping = threading.Event()
         self._beat_stop = threading.Event()
@@ -246,7 +220,7 @@ class QueueWorker:
                 else:
                     failures = 0
                 if job is not None:
-                    self._work(store, _Slot(job, name, owner))
+                    self._work(store, Slot(job, name, owner))
                     continue
                 self._untake()
                 if not failures and self.idle_exit and self._queue_empty(store):
@@ -297,7 +271,7 @@ class QueueWorker:
             if store is not None:
                 store.close()
 
-    def _renew(self, store: Store, slot: _Slot) -> None:
+    def _renew(self, store: Store, slot: Slot) -> None:
         run_id = slot.job.run_id
         try:
             held = store.renew_lease(run_id, slot.owner, self.lease_s)
@@ -312,7 +286,7 @@ class QueueWorker:
 
     # --- one job ---------------------------------------------------------------------------
 
-    def _work(self, store: Store, slot: _Slot) -> None:
+    def _work(self, store: Store, slot: Slot) -> None:
         job = slot.job
         with self._lock:
             self._slots[job.run_id] = slot
@@ -330,140 +304,6 @@ class QueueWorker:
         finally:
             with self._lock:
                 self._slots.pop(job.run_id, None)
-
-    def _drive(self, store: Store, slot: _Slot) -> None:
-        job = slot.job
-        if slot.stop is not None:
-            self._release(store, slot, "queued", "released unstarted (stopping)", "released")
-            return
-        row = self._journaled(store, job.run_id)
-        if row is not None and row.status == "halted":  # its worker died before releasing it
-            self._already_halted(store, slot, row)
-            return
-        # Each attempt writes its own record file: a stale owner's cannot overwrite it.
-        attempt = self.records / f".{job.run_id}.attempt{job.attempts}.json"
-        try:
-            record = self._execute(store, slot, row is not None, attempt)
-        except RunPaused as exc:
-            self._paused(store, slot, exc)
-            return
-        except RunAbandoned as exc:  # not released: the job is (or will be) another's
-            self._count("abandoned")
-            self._log(f"worker {slot.thread}: {exc}; left to the queue")
-            return
-        except JournalError as exc:
-            if attempt.exists():
-                attempt.replace(self.records / f"{job.run_id}.attempt{job.attempts}.failed.json")
-            self._count("abandoned")
-            self._log(
-                f"worker {slot.thread}: run {job.run_id} stopped: {exc}; its lease is left to"
-                " expire (another worker continues it)"
-            )
-            return
-        except InvalidInputError as exc:  # it cannot be run or resumed: a person looks at it
-            row = self._journaled(store, job.run_id)
-            if row is not None and row.status == "halted":  # a stale owner finished it
-                self._already_halted(store, slot, row)
-                return
-            self._release(store, slot, "done", f"failed: {exc}", "failed")
-            return
-        attempt.replace(self.records / f"{job.run_id}.json")
-        what = f"halted {record.halt_reason.value} ({record.steps_used} steps)"
-        self._release(store, slot, "done", what, "halted")
-
-    @staticmethod
-    def _journaled(store: Store, run_id: str) -> RunRow | None:
-        try:
-            return store.get_run(run_id)
-        except RunNotFound:
-            return None
-
-    def _already_halted(self, store: Store, slot: _Slot, row: RunRow) -> None:
-        """Another worker finished the run but did not release the job: write the record
-        file if it is missing, and release the job as done."""
-        final = self.records / f"{row.run_id}.json"
-        if row.record is not None and not final.exists():
-            write_record(row.record, final)
-        reason = row.halt_reason.value if row.halt_reason else "?"
-        self._release(store, slot, "done", f"had already halted {reason}", "halted")
-
-    def _execute(self, store: Store, slot: _Slot, journaled: bool, path: Path) -> HaltRecord:
-        job = slot.job
-        common: dict[str, Any] = {
-            "model": self.model(),
-            "tools": self.tools(),
-            "store": store,
-            "record_path": path,
-            "handle_signals": False,
-            "on_transition": self._watch(store, slot),
-        }
-        if journaled:
-            return resume_run(job.run_id, lease_held=True, **common)
-        budgets = attrs.asdict(job.budgets)
-        return run(queued_spec(job), task=job.task, budgets=budgets, run_id=job.run_id, **common)
-
-    def _watch(self, store: Store, slot: _Slot) -> Callable[[Event], None]:
-        """After each committed event: before a side effect (a tool call or a user action),
-        make sure the lease is still this worker's — renewed now, or the run is abandoned
-        without the call; then queue the pause the worker asked for, once (the run applies
-        it before its next model call)."""
-        spec = queued_spec(slot.job)
-
-        def on_transition(event: Event) -> None:
-            if event.halt is not None:
-                return
-            if has_side_effect(spec.state(event.dest).action):
-                self._hold_before_side_effect(store, slot)
-            if slot.stop is None or slot.pause_queued:
-                return
-            slot.pause_queued = True
-            store.add_control(
-                Control(id=0, run_id=event.run_id, kind="pause", payload={},
-                        who=f"{WORKER_WHO} {slot.owner}", why=slot.stop, at=now_iso())
-            )  # fmt: skip
-
-        return on_transition
-
-    def _hold_before_side_effect(self, store: Store, slot: _Slot) -> None:
-        """Renew the lease, or raise `RunAbandoned`: a worker that stalled past its lease
-        (another may have taken the run over) must not make the run's next call."""
-        run_id = slot.job.run_id
-        try:
-            held = store.renew_lease(run_id, slot.owner, self.lease_s)
-        except JournalError as exc:
-            why = f"its lease could not be confirmed before a side effect ({exc})"
-        else:
-            if held:
-                return
-            why = "its lease was lost before a side effect (another worker took the run over)"
-        with self._lock:
-            slot.stop = slot.stop or why
-        raise RunAbandoned(run_id, f"{why}; the call was not made")
-
-    def _paused(self, store: Store, slot: _Slot, exc: RunPaused) -> None:
-        """A worker's pause gives the job back to the queue; a person's takes it out: the
-        run waits for `fsm-agent resume`, as any paused run does."""
-        last = store.last_event(slot.job.run_id)
-        by_worker = (last.note or "").startswith(f"paused by {WORKER_WHO} ")
-        if by_worker:
-            self._release(store, slot, "queued", f"paused at step {exc.step}", "paused")
-        else:
-            what = f"paused by a person at step {exc.step} ({last.note}); resume it by hand"
-            self._release(store, slot, "done", what, "held")
-
-    def _release(
-        self,
-        store: Store,
-        slot: _Slot,
-        status: Literal["queued", "done"],
-        what: str,
-        outcome: Outcome,
-    ) -> None:
-        slot.released = True
-        held = store.release_job(slot.job.run_id, slot.owner, status)
-        self._count(outcome)
-        lost = "" if held else " (its lease had been lost: the job is another worker's now)"
-        self._log(f"worker {slot.thread}: run {slot.job.run_id} {what}{lost}")
 
     def _count(self, outcome: Outcome) -> None:
         with self._lock:
