@@ -27,6 +27,7 @@ from fsm_agent.cli_options import (
     journal_store,
     json_option,
     model_options,
+    shell_arg,
     shown,
 )
 from fsm_agent.errors import RunPaused
@@ -307,7 +308,7 @@ def demo(db: str, records_dir: str | None) -> None:
                 f"  {record.run_id}"
             )
     click.echo(
-        f"{len(SCENARIOS)} scenarios; inspect one with: fsm-agent show RUN_ID --db {shown(db)}"
+        f"{len(SCENARIOS)} scenarios; inspect one with: fsm-agent show RUN_ID --db {shell_arg(db)}"
     )
     if wrong:
         raise InternalProblem("unexpected halts: " + "; ".join(wrong))

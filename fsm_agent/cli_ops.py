@@ -19,6 +19,7 @@ from fsm_agent.cli_options import (
     journal_store,
     json_option,
     model_options,
+    shell_arg,
     shown,
 )
 from fsm_agent.errors import InvalidInputError
@@ -89,7 +90,7 @@ def pause(run_id: str, why: str, who: str | None, db: str) -> None:
         number = store.add_control(signed_control(run_id, "pause", {}, who, why))
     click.echo(
         f"pause of {run_id} queued (#{number}); the run stops before its next model call."
-        f" Continue it with: fsm-agent resume {run_id} --db {shown(db)} --model …"
+        f" Continue it with: fsm-agent resume {run_id} --db {shell_arg(db)} --model …"
     )
 
 

@@ -71,6 +71,13 @@ def shown(db: str) -> str:
     return redact_dsn(db)
 
 
+def shell_arg(db: str) -> str:
+    """A `--db` value as a command line to paste shows it: redacted, quoted for the shell."""
+    import shlex
+
+    return shlex.quote(shown(db))
+
+
 def db_option(fn: F) -> F:
     return click.option(
         "--db",

@@ -24,6 +24,7 @@ from fsm_agent.cli_options import (
     journal_store,
     json_option,
     model_factory_options,
+    shell_arg,
     shown,
 )
 from fsm_agent.errors import InvalidInputError
@@ -217,7 +218,7 @@ def dequeue(run_id: str, why: str, who: str | None, db: str) -> None:
     elif status == "done":
         click.echo(
             f"job {run_id} taken out of the queue; its run waits, as last journaled, for"
-            f" `fsm-agent resume {run_id} --db {shown(db)} --model …`"
+            f" `fsm-agent resume {run_id} --db {shell_arg(db)} --model …`"
         )
     elif job is None:
         raise InvalidInputError(f"no job for run {run_id} in the queue of {shown(db)}")
