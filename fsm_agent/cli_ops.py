@@ -86,7 +86,13 @@ def pause(run_id: str, why: str, who: str | None, db: str) -> None:
     with journal_store(db, must_exist=True) as store:
         run = store.get_run(run_id)
         if run.status != "running":
-            raise InvalidInputError(f"run {run_id} is {run.status}; only a running run pauses")
+            job = store.job(run_id)
+            queued = job is not None and job.status == "queued"
+            hint = f" (it waits in the run queue: `fsm-agent dequeue {run_id}` takes it out)"
+            raise InvalidInputError(
+                f"run {run_id} is {run.status}; only a running run pauses"
+                + (hint if queued else "")
+            )
         number = store.add_control(signed_control(run_id, "pause", {}, who, why))
     click.echo(
         f"pause of {run_id} queued (#{number}); the run stops before its next model call."

@@ -490,6 +490,11 @@ def test_a_run_the_queue_holds_is_not_resumed_by_hand(
     result = invoke("resume", job.run_id, "--model", MODEL, "--tools", TOOLS, "--db", backend)
     assert result.exit_code == 2
     assert "is in the run queue, queued" in result.output
+    paused = invoke("pause", job.run_id, "--why", "x", "--db", backend)
+    assert paused.exit_code == 2
+    assert f"(it waits in the run queue: `fsm-agent dequeue {job.run_id}` takes it out)" in (
+        paused.output
+    )
     # Once the queue is done with it (a person's pause does that), a person may resume it.
     assert qstore.lease_job("w2", 30) is not None
     assert qstore.release_job(job.run_id, "w2", "done")
