@@ -8,6 +8,7 @@ the log.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -152,19 +153,28 @@ class JobDriving:
 
     def _hold_before_side_effect(self, store: Store, slot: Slot) -> None:
         """Renew the lease, or raise `RunAbandoned`: a worker that stalled past its lease
-        (another may have taken the run over) must not make the run's next call."""
+        (another may have taken the run over) must not make the run's next call. A journal
+        that does not answer is asked again for up to a third of the lease (a blip should
+        not cost the run), never past that: only a renewal that succeeds lets the call go."""
         run_id = slot.job.run_id
-        try:
-            held = store.renew_lease(run_id, slot.owner, self.lease_s)
-        except JournalError as exc:
-            why = f"its lease could not be confirmed before a side effect ({exc})"
-        else:
-            if held:
-                return
-            why = "its lease was lost before a side effect (another worker took the run over)"
-        with self._lock:
-            slot.stop = slot.stop or why
-        raise RunAbandoned(run_id, f"{why}; the call was not made")
+        give_up = time.monotonic() + self.lease_s / 3
+        pause = 0.05
+        while True:
+            try:
+                held = store.renew_lease(run_id, slot.owner, self.lease_s)
+            except JournalError as exc:
+                if time.monotonic() + pause < give_up:
+                    time.sleep(pause)
+                    pause *= 2
+                    continue
+                why = f"its lease could not be confirmed before a side effect ({exc})"
+            else:
+                if held:
+                    return
+                why = "its lease was lost before a side effect (another worker took the run over)"
+            with self._lock:
+                slot.stop = slot.stop or why
+            raise RunAbandoned(run_id, f"{why}; the call was not made")
 
     def _paused(self, store: Store, slot: Slot, exc: RunPaused) -> None:
         """A worker's pause gives the job back to the queue; a person's takes it out: the

@@ -379,6 +379,7 @@ class _FlakyStore:
     def __init__(self, inner: Store, lease_failures: int, fail_append: int = 0) -> None:
         self.inner, self.lease_failures, self.renewals = inner, lease_failures, 0
         self.fail_append, self.appends = fail_append, 0
+        self.renew_failures = 0
 
     def append(self, event: Event) -> str:
         self.appends += 1
@@ -394,6 +395,8 @@ class _FlakyStore:
 
     def renew_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
         self.renewals += 1
+        if self.renewals <= self.renew_failures:
+            raise JournalError("server closed the connection unexpectedly", path="flaky")
         return self.inner.renew_lease(run_id, owner, lease_s)
 
     def __getattr__(self, name: str) -> Any:
@@ -434,6 +437,36 @@ def test_a_journal_that_fails_for_a_while_costs_waits_not_the_worker(
     assert stores[1].renewals >= 2  # the heartbeat went on after its failure
     assert w.outcomes == {"halted": 1}
     assert_journal_sound(backend, tmp_path / "records")
+
+
+@pytest.mark.parametrize(("failures", "outcome"), [(3, "halted"), (1000, "abandoned")])
+def test_a_lease_the_journal_cannot_confirm_is_asked_again_then_the_call_is_not_made(
+    qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    failures: int, outcome: str,
+) -> None:  # fmt: skip
+    job = submit(qstore, "agent_loop", "charge 1")
+    real_open = queue_worker.open_store
+    stores: list[_FlakyStore] = []
+
+    def flaky_open(location: str) -> Any:
+        stores.append(_FlakyStore(real_open(location), 0))
+        stores[-1].renew_failures = failures
+        return stores[-1]
+
+    monkeypatch.setattr(queue_worker, "open_store", flaky_open)
+    lines: list[str] = []
+    w = worker(backend, tmp_path / "records", lease_s=3.0, heartbeat_s=60.0, max_jobs=1,
+               log=lines.append)  # fmt: skip
+    assert w.serve() == 0
+    assert w.outcomes == {outcome: 1}
+    events = qstore.events(job.run_id)
+    if outcome == "halted":  # the blip passed within a third of the lease
+        assert stores[0].renewals == failures + 1
+        assert qstore.get_run(job.run_id).halt_reason is not None
+    else:  # never confirmed: the charge was not made, nothing more written
+        assert any("its lease could not be confirmed before a side effect" in x for x in lines)
+        assert [e.dest for e in events] == ["drafting", "tool_pending"]
+        assert 3 <= stores[0].renewals <= 6  # 0.05 + 0.1 + 0.2 + 0.4 s < 1 s, then it gives up
 
 
 def test_a_failed_journal_write_leaves_the_run_to_its_lease_and_it_is_continued(
