@@ -70,6 +70,9 @@ class JobDriving:
         # Each attempt writes its own record file: a stale owner's cannot overwrite it.
         attempt = self.records / f".{job.run_id}.attempt{job.attempts}.json"
         try:
+            # Leasing and starting are two steps: a worker that stalled in between (and
+            # whose job was dequeued or taken over meanwhile) must not start the run.
+            self._hold_lease(store, slot, "before the run started")
             record = self._execute(store, slot, row is not None, attempt)
         except RunPaused as exc:
             self._paused(store, slot, exc)
@@ -140,7 +143,7 @@ class JobDriving:
             if event.halt is not None:
                 return
             if has_side_effect(spec.state(event.dest).action):
-                self._hold_before_side_effect(store, slot)
+                self._hold_lease(store, slot, "before a side effect")
             if slot.stop is None or slot.pause_queued:
                 return
             slot.pause_queued = True
@@ -151,9 +154,10 @@ class JobDriving:
 
         return on_transition
 
-    def _hold_before_side_effect(self, store: Store, slot: Slot) -> None:
+    def _hold_lease(self, store: Store, slot: Slot, when: str) -> None:
         """Renew the lease, or raise `RunAbandoned`: a worker that stalled past its lease
-        (another may have taken the run over) must not make the run's next call. A journal
+        (another may have taken the run over) must not start the run or make its next
+        call. A journal
         that does not answer is asked again for up to a third of the lease (a blip should
         not cost the run), never past that: only a renewal that succeeds lets the call go."""
         run_id = slot.job.run_id
@@ -167,14 +171,14 @@ class JobDriving:
                     time.sleep(pause)
                     pause *= 2
                     continue
-                why = f"its lease could not be confirmed before a side effect ({exc})"
+                why = f"its lease could not be confirmed {when} ({exc})"
             else:
                 if held:
                     return
-                why = "its lease was lost before a side effect (another worker took the run over)"
+                why = f"its lease was lost {when} (the job is another's, or out of the queue)"
             with self._lock:
                 slot.stop = slot.stop or why
-            raise RunAbandoned(run_id, f"{why}; the call was not made")
+            raise RunAbandoned(run_id, f"{why}; nothing more was done")
 
     def _paused(self, store: Store, slot: Slot, exc: RunPaused) -> None:
         """A worker's pause gives the job back to the queue; a person's takes it out: the

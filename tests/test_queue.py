@@ -34,10 +34,18 @@ import attrs
 import pytest
 from click.testing import CliRunner
 
-from fsm_agent import JournalError, ScriptedModel, queue_worker, read_record, resume_run, run
+from fsm_agent import (
+    JournalError,
+    ScriptedModel,
+    queue_job,
+    queue_worker,
+    read_record,
+    resume_run,
+    run,
+)
 from fsm_agent.chain import verify_run
 from fsm_agent.cli import cli
-from fsm_agent.errors import InvalidInputError, RunPaused
+from fsm_agent.errors import InvalidInputError, RunNotFound, RunPaused
 from fsm_agent.journal import Control, Event, Job, Store
 from fsm_agent.models import load_model
 from fsm_agent.proposals import ToolCall
@@ -634,6 +642,36 @@ def test_a_worker_that_lost_its_lease_never_makes_the_next_call(
     assert row.halt_reason is not None
     assert row.halt_reason.value == "side_effect_unknown"
     assert verify_run(qstore, job.run_id).ok
+
+
+def test_a_worker_that_stalled_between_lease_and_start_does_not_start_the_run(
+    qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = submit(qstore, "agent_loop", "steps 1")
+    leased, dequeued = threading.Event(), threading.Event()
+    journaled = queue_job.JobDriving._journaled
+
+    def stalled(store: Store, run_id: str) -> Any:
+        leased.set()
+        dequeued.wait(WAIT_S)  # the worker stalls here, its lease running out
+        return journaled(store, run_id)
+
+    monkeypatch.setattr(queue_job.JobDriving, "_journaled", staticmethod(stalled))
+    lines: list[str] = []
+    w = worker(backend, tmp_path / "records", lease_s=0.2, heartbeat_s=60.0, max_jobs=1,
+               log=lines.append)  # fmt: skip
+    thread, code = in_background(w)
+    assert leased.wait(WAIT_S)
+    time.sleep(0.3)  # the lease expires; a person takes the job out meanwhile
+    out = invoke("dequeue", job.run_id, "--why", "not today", "--db", backend)
+    assert "cancelled: its run never started" in out.output, out.output
+    dequeued.set()
+    thread.join(WAIT_S)
+    assert code == [0]
+    assert w.outcomes == {"abandoned": 1}
+    assert any("its lease was lost before the run started" in x for x in lines), lines
+    with pytest.raises(RunNotFound):
+        qstore.get_run(job.run_id)  # never started
 
 
 def test_a_persons_pause_takes_the_job_out_of_the_queue(
