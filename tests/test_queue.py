@@ -387,7 +387,7 @@ class _FlakyStore:
     def __init__(self, inner: Store, lease_failures: int, fail_append: int = 0) -> None:
         self.inner, self.lease_failures, self.renewals = inner, lease_failures, 0
         self.fail_append, self.appends = fail_append, 0
-        self.renew_failures = 0
+        self.failing_renewals: range = range(0)  # which renewals fail (1 = the first)
 
     def append(self, event: Event) -> str:
         self.appends += 1
@@ -403,7 +403,7 @@ class _FlakyStore:
 
     def renew_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
         self.renewals += 1
-        if self.renewals <= self.renew_failures:
+        if self.renewals in self.failing_renewals:
             raise JournalError("server closed the connection unexpectedly", path="flaky")
         return self.inner.renew_lease(run_id, owner, lease_s)
 
@@ -447,10 +447,14 @@ def test_a_journal_that_fails_for_a_while_costs_waits_not_the_worker(
     assert_journal_sound(backend, tmp_path / "records")
 
 
-@pytest.mark.parametrize(("failures", "outcome"), [(3, "halted"), (1000, "abandoned")])
-def test_a_lease_the_journal_cannot_confirm_is_asked_again_then_the_call_is_not_made(
+@pytest.mark.parametrize(
+    ("failing", "outcome"),
+    [(range(1, 4), "halted"), (range(2, 10**6), "abandoned"), (range(1, 10**6), "abandoned")],
+    ids=["a-blip", "down-before-the-call", "down-before-the-start"],
+)
+def test_a_lease_the_journal_cannot_confirm_is_asked_again_then_nothing_is_done(
     qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    failures: int, outcome: str,
+    failing: range, outcome: str,
 ) -> None:  # fmt: skip
     job = submit(qstore, "agent_loop", "charge 1")
     real_open = queue_worker.open_store
@@ -458,7 +462,7 @@ def test_a_lease_the_journal_cannot_confirm_is_asked_again_then_the_call_is_not_
 
     def flaky_open(location: str) -> Any:
         stores.append(_FlakyStore(real_open(location), 0))
-        stores[-1].renew_failures = failures
+        stores[-1].failing_renewals = failing
         return stores[-1]
 
     monkeypatch.setattr(queue_worker, "open_store", flaky_open)
@@ -467,14 +471,17 @@ def test_a_lease_the_journal_cannot_confirm_is_asked_again_then_the_call_is_not_
                log=lines.append)  # fmt: skip
     assert w.serve() == 0
     assert w.outcomes == {outcome: 1}
-    events = qstore.events(job.run_id)
     if outcome == "halted":  # the blip passed within a third of the lease
-        assert stores[0].renewals == failures + 1
+        assert stores[0].renewals == len(failing) + 2  # before the start and before the call
         assert qstore.get_run(job.run_id).halt_reason is not None
-    else:  # never confirmed: the charge was not made, nothing more written
-        assert any("its lease could not be confirmed before a side effect" in x for x in lines)
-        assert [e.dest for e in events] == ["drafting", "tool_pending"]
-        assert 3 <= stores[0].renewals <= 6  # 0.05 + 0.1 + 0.2 + 0.4 s < 1 s, then it gives up
+        return
+    assert any("its lease could not be confirmed" in x for x in lines), lines
+    assert 3 <= stores[0].renewals - failing.start + 1 <= 6  # 0.05+0.1+0.2+0.4 s < 1 s
+    if failing.start == 1:  # never confirmed before the start: the run never started
+        with pytest.raises(RunNotFound):
+            qstore.get_run(job.run_id)
+    else:  # confirmed for the start, never before the charge: not made, nothing written
+        assert [e.dest for e in qstore.events(job.run_id)] == ["drafting", "tool_pending"]
 
 
 def test_a_failed_journal_write_leaves_the_run_to_its_lease_and_it_is_continued(
