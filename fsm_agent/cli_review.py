@@ -293,7 +293,7 @@ def signature(who: str | None, why: str) -> tuple[str, str]:
     """Who acts (the login name by default) and when; refuses an act without a why."""
     import getpass
 
-    from fsm_agent.halting import now_iso
+    from fsm_agent.journaling import now_iso
 
     if not why.strip():
         raise InvalidInputError("--why must say why")

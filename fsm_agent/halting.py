@@ -5,7 +5,6 @@ into the worker.
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 
 import attrs
@@ -13,8 +12,8 @@ import attrs
 from fsm_agent.chain import event_columns, link
 from fsm_agent.context import RunContext
 from fsm_agent.halt import HaltReason, terminal_state
-from fsm_agent.interrupts import InterruptGate
-from fsm_agent.journal import Event, EventKind, Facts, GuardResult, Store
+from fsm_agent.journal import Facts, GuardResult
+from fsm_agent.journaling import Journaling, now_iso
 from fsm_agent.record import HaltRecord, write_record
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, TransitionSpec
@@ -22,45 +21,16 @@ from fsm_agent.trace import ship_trace
 from fsm_agent.verdict import build_record, explain
 
 
-def now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
-
-
-class Halting:
+class Halting(Journaling):
     """The worker's way out (mixed into the worker)."""
 
     ctx: RunContext
     spec: MachineSpec
-    store: Store
-    run_id: str
-    state: str
     started_at: str
-    gate: InterruptGate
     record: HaltRecord | None
     record_path: Path
     trace_copy: Path | None
     journaled: bool
-    head: str | None
-
-    def _event(
-        self,
-        trigger: str | None,
-        dest: str,
-        snapshot: Snapshot,
-        guards: tuple[GuardResult, ...] = (),
-        check: tuple[GuardResult, ...] = (),
-        facts: Facts | None = None,
-        *,
-        halt: HaltReason | None = None,
-        retry: bool = False,
-        note: str | None = None,
-        kind: EventKind = "transition",
-        control: int | None = None,
-    ) -> Event:
-        raise NotImplementedError
-
-    def _commit(self, event: Event) -> None:
-        raise NotImplementedError
 
     def _halt_on(
         self,

@@ -13,42 +13,24 @@ import attrs
 
 from fsm_agent.budgets import make_budgets
 from fsm_agent.errors import InvalidInputError, RunPaused
-from fsm_agent.journal import Control, Event, EventKind, Store
+from fsm_agent.journal import Control
+from fsm_agent.journaling import Journaling
 from fsm_agent.models import model_lane
 
 if TYPE_CHECKING:
     from fsm_agent.context import RunContext
-    from fsm_agent.snapshot import Snapshot
 
 
 class RoutingFrozen(Exception):
     """Raised inside the worker when an operator's freeze forbids the next model call."""
 
 
-class OperatorControls:
+class OperatorControls(Journaling):
     """The worker's side of operator controls (mixed into the worker)."""
 
-    store: Store
-    run_id: str
     ctx: RunContext
-    state: str
     control_seen: int
     frozen_by: Control | None
-
-    def _event(
-        self,
-        trigger: str | None,
-        dest: str,
-        snapshot: Snapshot,
-        *,
-        kind: EventKind = "transition",
-        note: str | None = None,
-        control: int | None = None,
-    ) -> Event:
-        raise NotImplementedError
-
-    def _commit(self, event: Event) -> None:
-        raise NotImplementedError
 
     def _apply_controls(self, action: str) -> None:
         """Apply operators' instructions queued in the store, each journaled as an act; then

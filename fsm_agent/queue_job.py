@@ -17,8 +17,8 @@ import attrs
 
 from fsm_agent.actions import has_side_effect
 from fsm_agent.errors import InvalidInputError, JournalError, RunAbandoned, RunNotFound, RunPaused
-from fsm_agent.halting import now_iso
 from fsm_agent.journal import Control, Event, Job, RunRow, Store
+from fsm_agent.journaling import now_iso
 from fsm_agent.models import ModelAdapter
 from fsm_agent.queue import WORKER_WHO, queued_spec
 from fsm_agent.record import HaltRecord, write_record

@@ -42,8 +42,8 @@ from fsm_agent.errors import (
     JournalError,
 )
 from fsm_agent.halt import EXIT_INTERNAL_ERROR
-from fsm_agent.halting import now_iso
 from fsm_agent.journal import Store
+from fsm_agent.journaling import now_iso
 from fsm_agent.models import ModelAdapter
 from fsm_agent.queue import (
     DEFAULT_DRAIN_S,

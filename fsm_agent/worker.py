@@ -30,9 +30,9 @@ from fsm_agent.errors import (
     RunPaused,
 )
 from fsm_agent.halt import HaltReason
-from fsm_agent.halting import now_iso
 from fsm_agent.interrupts import InterruptGate
-from fsm_agent.journal import Control, Event, EventKind, Facts, GuardResult, RunRow, Store
+from fsm_agent.journal import Control, Event, RunRow, Store
+from fsm_agent.journaling import now_iso
 from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
 from fsm_agent.machine import compile_machine
 from fsm_agent.models import ModelAdapter
@@ -363,49 +363,3 @@ class _Worker(Resumption, OperatorControls):
     @staticmethod
     def _meter(snap: Snapshot) -> HaltReason | None:
         return tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
-
-    # --- journal and halting ----------------------------------------------------------------
-
-    def _event(
-        self,
-        trigger: str | None,
-        dest: str,
-        snapshot: Snapshot,
-        guards: tuple[GuardResult, ...] = (),
-        check: tuple[GuardResult, ...] = (),
-        facts: Facts | None = None,
-        *,
-        halt: HaltReason | None = None,
-        retry: bool = False,
-        note: str | None = None,
-        kind: EventKind = "transition",
-        control: int | None = None,
-    ) -> Event:
-        return Event(
-            run_id=self.run_id,
-            seq=self.seq + 1,
-            kind=kind,
-            at_ms=snapshot.clock_ms,
-            wall_time=now_iso(),
-            source=self.state,
-            dest=dest,
-            trigger=trigger,
-            snapshot=snapshot,
-            guards=guards,
-            check=check,
-            facts=facts,
-            halt=halt,
-            retry=retry,
-            note=note,
-            control=control,
-        )
-
-    def _commit(self, event: Event) -> None:
-        with self.gate.critical():
-            self.head = self.store.append(event)
-            self.seq, self.state = event.seq, event.dest
-        self._notify(event)
-
-    def _notify(self, event: Event) -> None:
-        if self.on_transition is not None:
-            self.on_transition(event)

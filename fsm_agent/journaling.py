@@ -1,0 +1,76 @@
+"""How the worker journals one event: built from the run's position, appended onto the
+run's head under the interrupt gate, then handed to the caller's `on_transition`.
+
+The base of the worker's mixins (`Halting`, `Resumption`, `OperatorControls`): each of them
+journals, none of them declares how a second time.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+
+from fsm_agent.halt import HaltReason
+from fsm_agent.interrupts import InterruptGate
+from fsm_agent.journal import Event, EventKind, Facts, GuardResult, Store
+from fsm_agent.snapshot import Snapshot
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+class Journaling:
+    """The run's position in the journal, and the one way an event reaches it."""
+
+    store: Store
+    run_id: str
+    state: str
+    seq: int
+    head: str | None
+    gate: InterruptGate
+    on_transition: Callable[[Event], None] | None
+
+    def _event(
+        self,
+        trigger: str | None,
+        dest: str,
+        snapshot: Snapshot,
+        guards: tuple[GuardResult, ...] = (),
+        check: tuple[GuardResult, ...] = (),
+        facts: Facts | None = None,
+        *,
+        halt: HaltReason | None = None,
+        retry: bool = False,
+        note: str | None = None,
+        kind: EventKind = "transition",
+        control: int | None = None,
+    ) -> Event:
+        return Event(
+            run_id=self.run_id,
+            seq=self.seq + 1,
+            kind=kind,
+            at_ms=snapshot.clock_ms,
+            wall_time=now_iso(),
+            source=self.state,
+            dest=dest,
+            trigger=trigger,
+            snapshot=snapshot,
+            guards=guards,
+            check=check,
+            facts=facts,
+            halt=halt,
+            retry=retry,
+            note=note,
+            control=control,
+        )
+
+    def _commit(self, event: Event) -> None:
+        with self.gate.critical():
+            self.head = self.store.append(event)
+            self.seq, self.state = event.seq, event.dest
+        self._notify(event)
+
+    def _notify(self, event: Event) -> None:
+        if self.on_transition is not None:
+            self.on_transition(event)
