@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from fsm_agent import serde
 from fsm_agent.budgets import Budgets
-from fsm_agent.chain import event_columns, link
+from fsm_agent.chain import event_columns, genesis, link
 from fsm_agent.errors import JournalError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import Control, Event, Facts, GuardResult, Job, RunRow, RunSummary
@@ -30,6 +30,25 @@ JOB_COLUMNS = ("run_id", "machine", "machine_text", "task", "budgets", "submitte
                "status", "owner", "lease_until", "attempts", "note")  # fmt: skip
 
 _HALT_REASONS = frozenset(r.value for r in HaltReason)
+
+
+# --- what every backend says --------------------------------------------------------------
+
+#: An import of a run id the journal already holds.
+ALREADY_HERE = (
+    "already in this journal; the journal is append-only, so an import never overwrites a"
+    " run (import into another database)"
+)
+#: An enqueue of a run id already queued or journaled.
+RUN_ID_USED = "already queued or journaled; a run id is used once"
+
+
+def stale_head(seq: int) -> str:
+    """Why an append onto a head that moved was refused."""
+    return (
+        f"event seq {seq} not written: the run's head is no longer the event it follows"
+        " (another process is writing this run)"
+    )
 
 
 # --- write side -------------------------------------------------------------------------------
@@ -60,6 +79,30 @@ def run_params(run: RunRow, record: HaltRecord | None) -> tuple[Any, ...]:
         run.pid,
         run.host,
     )
+
+
+def import_params(
+    run: RunRow, events: Sequence[Event], record: HaltRecord | None, fail: Fail
+) -> list[tuple[Any, ...]]:
+    """The INSERT parameters of an imported run's events, chained from its genesis; refuses
+    a run whose row and record disagree."""
+    if run.record != record:
+        raise fail(
+            "the run row's record and the record to import differ; nothing was written",
+            run.run_id,
+        )
+    params, prev = [], genesis(run)
+    for event in events:
+        params.append(chained(event, prev))
+        prev = params[-1][-1]
+    return params
+
+
+def finish_params(record: HaltRecord) -> tuple[Any, ...]:
+    """A halted run's UPDATE parameters: state, halt_reason, steps_used, ended_at, record,
+    run_id."""
+    return (record.terminal_state, record.halt_reason.value, record.steps_used,
+            record.ended_at, serde.dumps(record), record.run_id)  # fmt: skip
 
 
 def job_params(job: Job) -> tuple[Any, ...]:

@@ -22,7 +22,6 @@ from typing import Any, Literal
 import psycopg
 from psycopg.rows import dict_row
 
-from fsm_agent import serde
 from fsm_agent.chain import ChainLink, genesis
 from fsm_agent.errors import JournalError, RunNotFound
 from fsm_agent.journal import (
@@ -142,11 +141,7 @@ class PostgresStore:
             raise
         if inserted != 1:
             self._heads.pop(event.run_id, None)
-            raise self._error(
-                f"event seq {event.seq} not written: the run's head is no longer the event"
-                " it follows (another process is writing this run)",
-                event.run_id,
-            )
+            raise self._error(codec.stale_head(event.seq), event.run_id)
         self._heads[event.run_id] = params[-1]
         return str(params[-1])
 
@@ -163,14 +158,7 @@ class PostgresStore:
             cursor = conn.execute(
                 "UPDATE runs SET status = 'halted', state = %s, halt_reason = %s,"
                 " steps_used = %s, ended_at = %s, record = %s WHERE run_id = %s",
-                (
-                    record.terminal_state,
-                    record.halt_reason.value,
-                    record.steps_used,
-                    record.ended_at,
-                    serde.dumps(record),
-                    record.run_id,
-                ),
+                codec.finish_params(record),
             )
             if cursor.rowcount != 1:
                 raise self._error("write failed: no such run in this journal", record.run_id)
@@ -191,23 +179,11 @@ class PostgresStore:
         """Write a run exported from another journal, its events and its record, in ONE
         transaction, with the same serialization as the live path. The journal is
         append-only: a run id already here is refused, never overwritten."""
-        if run.record != record:
-            raise self._error(
-                "the run row's record and the record to import differ; nothing was written",
-                run.run_id,
-            )
-        params, prev = [], genesis(run)
-        for e in events:
-            params.append(codec.chained(e, prev))
-            prev = params[-1][-1]
+        params = codec.import_params(run, events, record, self._error)
         with self._tx(run.run_id) as conn:
             found = conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run.run_id,))
             if found.fetchone() is not None:
-                raise self._error(
-                    "already in this journal; the journal is append-only, so an import never"
-                    " overwrites a run (import into another database)",
-                    run.run_id,
-                )
+                raise self._error(codec.ALREADY_HERE, run.run_id)
             conn.execute(INSERT_RUN, codec.run_params(run, record))
             with conn.cursor() as cursor:
                 cursor.executemany(INSERT_EVENT, params)
@@ -289,9 +265,7 @@ class PostgresStore:
                 and conn.execute(INSERT_JOB, codec.job_params(job)).rowcount == 1
             )
         if not inserted:
-            raise self._error(
-                "cannot enqueue: the run id is already queued or journaled", job.run_id
-            )
+            raise self._error(codec.RUN_ID_USED, job.run_id)
 
     def lease_job(self, owner: str, lease_s: float) -> Job | None:
         """Take the oldest job that is queued or whose lease expired (`FOR UPDATE SKIP

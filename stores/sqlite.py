@@ -18,7 +18,6 @@ from typing import Any, Literal, TypeVar
 
 import sqlite_utils
 
-from fsm_agent import serde
 from fsm_agent.chain import ChainLink, genesis
 from fsm_agent.errors import JournalError, RunNotFound
 from fsm_agent.journal import (
@@ -87,11 +86,10 @@ class SqliteStore:
                 if not busy or attempt == _LOCK_ATTEMPTS - 1:
                     if busy:
                         waited = _LOCK_ATTEMPTS * self.busy_timeout_ms / 1000
-                        raise JournalError(
+                        raise self._error(
                             f"another process held the journal's write lock for over {waited:g}"
                             " s; nothing was written (is a writer stuck?)",
-                            path=self.path,
-                            run_id=run_id,
+                            run_id,
                         ) from exc
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
@@ -122,14 +120,10 @@ class SqliteStore:
                     self.conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise JournalError(
-                f"write failed: {explain(exc)}", path=self.path, run_id=run_id
-            ) from exc
+            raise self._error(f"write failed: {explain(exc)}", run_id) from exc
         except (TypeError, ValueError) as exc:
-            raise JournalError(
-                f"cannot serialize the entry ({exc}); nothing was written",
-                path=self.path,
-                run_id=run_id,
+            raise self._error(
+                f"cannot serialize the entry ({exc}); nothing was written", run_id
             ) from exc
 
     def start_run(self, run: RunRow, first: Event) -> str:
@@ -153,12 +147,7 @@ class SqliteStore:
             )
         if cursor.rowcount != 1:
             self._heads.pop(event.run_id, None)
-            raise JournalError(
-                f"event seq {event.seq} not written: the run's head is no longer the event"
-                " it follows (another process is writing this run)",
-                path=self.path,
-                run_id=event.run_id,
-            )
+            raise self._error(codec.stale_head(event.seq), event.run_id)
         self._heads[event.run_id] = params[-1]
         return str(params[-1])
 
@@ -167,13 +156,11 @@ class SqliteStore:
             lambda: list(self.db.query("SELECT head_hash FROM runs WHERE run_id = ?", [run_id]))
         )
         if not rows:
-            raise JournalError("cannot append: no such run in this journal", path=self.path,
-                               run_id=run_id)  # fmt: skip
+            raise self._error("cannot append: no such run in this journal", run_id)
         if rows[0]["head_hash"] is None:
-            raise JournalError(
+            raise self._error(
                 "cannot append: the run has no head hash (journaled before the hash chain)",
-                path=self.path,
-                run_id=run_id,
+                run_id,
             )
         return str(rows[0]["head_hash"])
 
@@ -182,14 +169,7 @@ class SqliteStore:
             cursor = conn.execute(
                 "UPDATE runs SET status = 'halted', state = ?, halt_reason = ?, steps_used = ?,"
                 " ended_at = ?, record = ? WHERE run_id = ?",
-                (
-                    record.terminal_state,
-                    record.halt_reason.value,
-                    record.steps_used,
-                    record.ended_at,
-                    serde.dumps(record),
-                    record.run_id,
-                ),
+                codec.finish_params(record),
             )
             _one_row(cursor)
 
@@ -206,26 +186,12 @@ class SqliteStore:
         """Write a run exported from another journal, its events and its record, in ONE
         transaction, with the same serialization as the live path. The journal is
         append-only: a run id already here is refused, never overwritten."""
-        if run.record != record:
-            raise JournalError(
-                "the run row's record and the record to import differ; nothing was written",
-                path=self.path,
-                run_id=run.run_id,
-            )
+        params = codec.import_params(run, events, record, self._error)
         with self._tx(run.run_id) as conn:
             if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
-                raise JournalError(
-                    "already in this journal; the journal is append-only, so an import never"
-                    " overwrites a run (import into another database)",
-                    path=self.path,
-                    run_id=run.run_id,
-                )
+                raise self._error(codec.ALREADY_HERE, run.run_id)
             conn.execute(INSERT_RUN, codec.run_params(run, record))
-            prev = genesis(run)
-            for e in events:
-                params = codec.chained(e, prev)
-                conn.execute(INSERT_EVENT, params)
-                prev = params[-1]
+            conn.executemany(INSERT_EVENT, params)
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -247,11 +213,7 @@ class SqliteStore:
         """One narrow row per run (see `SELECT_SUMMARIES`), by machine then start time.
 
         Plain tuples and type checks, no converter: this reads every run in the journal."""
-        params = {"machine": machine, "since": since}
-        try:
-            rows = self.conn.execute(SELECT_SUMMARIES, params).fetchall()
-        except sqlite3.Error as exc:
-            raise JournalError(f"read failed: {explain(exc)}", path=self.path) from exc
+        rows = self._tuples(SELECT_SUMMARIES, {"machine": machine, "since": since})
         return [codec.summary(r, self._error) for r in rows]
 
     def events(self, run_id: str) -> list[Event]:
@@ -285,17 +247,14 @@ class SqliteStore:
         rows = self._tuples("SELECT run_id FROM runs ORDER BY started_at, run_id", ())
         return [r[0] for r in rows]
 
-    def _tuples(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        try:
-            return self.conn.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise JournalError(f"read failed: {explain(exc)}", path=self.path) from exc
+    def _tuples(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        return self._read(lambda: self.conn.execute(sql, params).fetchall())
 
-    def _read(self, query: Any) -> list[dict[str, Any]]:
+    def _read(self, query: Callable[[], list[Any]]) -> list[Any]:
         try:
-            return query()  # type: ignore[no-any-return]
+            return query()
         except sqlite3.Error as exc:
-            raise JournalError(f"read failed: {explain(exc)}", path=self.path) from exc
+            raise self._error(f"read failed: {explain(exc)}") from exc
 
     def add_control(self, control: Control) -> int:
         """Queue an operator's instruction for a live run; returns its id."""
@@ -314,13 +273,12 @@ class SqliteStore:
         rows = self._read(lambda: list(self.db.query(sql, [run_id, after])))
         return [codec.control(r, self._error) for r in rows]
 
-    # --- the run queue (its statements and row mapping: stores.sqlite_schema) -------------
+    # --- the run queue (its statements: stores.sqlite_schema) -----------------------------
 
     def enqueue(self, job: Job) -> None:
         with self._tx(job.run_id) as conn:
             if conn.execute(queue_sql.JOB_OR_RUN, {"id": job.run_id}).fetchone():
-                raise JournalError("already queued or journaled; a run id is used once",
-                                   path=self.path, run_id=job.run_id)  # fmt: skip
+                raise self._error(codec.RUN_ID_USED, job.run_id)
             conn.execute(queue_sql.INSERT_JOB, codec.job_params(job))
 
     def lease_job(self, owner: str, lease_s: float) -> Job | None:
