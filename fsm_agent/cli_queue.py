@@ -11,7 +11,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
 
 import click
 
@@ -30,8 +29,8 @@ from fsm_agent.cli_options import (
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import Job, JobStatus
 from fsm_agent.models import ModelAdapter
-
-F = TypeVar("F", bound=Callable[..., Any])
+from fsm_agent.queue import DEFAULT_DRAIN_S, DEFAULT_LEASE_S, DEFAULT_RECORDS
+from fsm_agent.queue import submit as submit_job
 
 
 @cli.command()
@@ -46,8 +45,6 @@ def submit(machine: str, task: str, budgets: dict[str, int | float | None], db: 
     The declaration and the budgets (its defaults with these overrides) are checked and
     frozen now; `fsm-agent worker` runs it.
     """
-    from fsm_agent.queue import submit as submit_job
-
     with journal_store(db) as store:
         job = submit_job(store, machine, task, budgets)
     click.echo(job.run_id)
@@ -72,14 +69,14 @@ def submit(machine: str, task: str, budgets: dict[str, int | float | None], db: 
 @click.option(
     "--lease-s",
     type=click.FloatRange(min=0, min_open=True),
-    default=30.0,
+    default=DEFAULT_LEASE_S,
     show_default=True,
     help="Lease timeout: a job whose worker stops renewing it is taken over after this.",
 )
 @click.option(
     "--drain-s",
     type=click.FloatRange(min=0),
-    default=10.0,
+    default=DEFAULT_DRAIN_S,
     show_default=True,
     help="On SIGTERM/SIGINT: how long to wait for the runs in flight to pause or halt.",
 )
@@ -87,7 +84,7 @@ def submit(machine: str, task: str, budgets: dict[str, int | float | None], db: 
     "--records",
     "records_dir",
     type=click.Path(file_okay=False),
-    default="halt-records",
+    default=DEFAULT_RECORDS,
     show_default=True,
     help="Directory for the halt records (RUN_ID.json).",
 )

@@ -95,6 +95,11 @@ class RunContext:
         self.tool_calls.append(entry)
         self.calls_made += 1
 
+    @property
+    def calls_omitted(self) -> int:
+        """Tool calls made but no longer kept here (the journal has every one)."""
+        return self.calls_made - len(self.tool_calls)
+
     def add_cost(self, cost: float) -> None:
         """Add a cost already validated by `ModelReply` / `ToolResult` (finite, >= 0)."""
         self.cost += cost

@@ -281,8 +281,10 @@ class QueueWorker(JobDriving):
         with self._lock:
             if held or slot.released or slot.stop is not None:
                 return
-            slot.stop = f"the queue lease of {slot.owner} was lost (another worker took it over)"
-        self._log(f"worker {slot.thread}: run {run_id} lost its lease; pausing it")
+            slot.stop = f"the queue lease of {slot.owner} was lost (taken over, or dequeued)"
+        self._log(
+            f"worker {slot.thread}: run {run_id} lost its lease; stopping it before its next call"
+        )
 
     # --- one job ---------------------------------------------------------------------------
 

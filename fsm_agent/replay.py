@@ -372,8 +372,7 @@ def load_run(path: str | os.PathLike[str], run_id: str | None = None) -> tuple[R
                 raise InvalidInputError(f"{location} holds run {run_file.run.run_id}, not {run_id}")
             return run_file.run, list(run_file.events)
     if run_id is None:
-        shown = redact_dsn(str(path)) if is_dsn(path) else str(path)
-        raise InvalidInputError(f"{shown} is a journal: say which run to replay")
+        raise InvalidInputError(f"{redact_dsn(str(path))} is a journal: say which run to replay")
     store = open_store(path)
     try:
         return store.get_run(run_id), store.events(run_id)

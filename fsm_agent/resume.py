@@ -105,8 +105,9 @@ def _check_not_queued(store: Store, run_id: str) -> None:
         return
     if job.status == "leased":
         hint = (
-            f"leased by {job.owner}, which is driving it; to take it over by hand, pause it"
-            f" first (`fsm-agent pause {run_id}` takes it out of the queue)"
+            f"leased by {job.owner}; to take it over by hand, take it out of the queue first:"
+            f" `fsm-agent pause {run_id}` while that worker drives it, or"
+            f" `fsm-agent dequeue {run_id}` once the worker is gone and its lease has expired"
         )
     else:
         hint = "queued: a queue worker continues it (`fsm-agent worker`)"

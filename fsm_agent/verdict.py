@@ -29,7 +29,6 @@ def build_record(
 ) -> HaltRecord:
     """The record for a run that halted with `reason` (`note` overrides the explanation)."""
     state = terminal_state(reason)
-    omitted = ctx.calls_made - len(ctx.tool_calls)
     error = note if note is not None else explain(ctx, reason)
     return HaltRecord(
         task=ctx.task,
@@ -37,7 +36,7 @@ def build_record(
         wall_clock_ms=ctx.budgets.wall_clock_ms,
         steps_used=ctx.meters.steps_used,
         tool_calls=tuple(ctx.tool_calls),
-        tool_calls_omitted=omitted,
+        tool_calls_omitted=ctx.calls_omitted,
         halt_reason=reason,
         answer=answer(ctx, reason),
         run_id=run_id,
@@ -99,9 +98,8 @@ def handoff_packet(ctx: RunContext, reason: HaltReason, why: str | None) -> Hand
         f"step {c.step}: {c.name}({json.dumps(c.args, sort_keys=True, default=repr)}) -> {c.status}"
         for c in ctx.tool_calls
     )
-    omitted = ctx.calls_made - len(ctx.tool_calls)
-    if omitted:  # a long run's packet stays readable; the journal has every call
-        tried = (f"({omitted} earlier calls omitted: see the journal)", *tried)
+    if ctx.calls_omitted:  # a long run's packet stays readable; the journal has every call
+        tried = (f"({ctx.calls_omitted} earlier calls omitted: see the journal)", *tried)
     proposal = ctx.proposal
     frozen: dict[str, Any] | None = None
     if isinstance(proposal, ToolCall):

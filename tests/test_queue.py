@@ -530,7 +530,7 @@ def test_a_run_the_queue_holds_is_not_resumed_by_hand(
     with pytest.raises(RunPaused):
         run(queued_spec(job), task=job.task, run_id=job.run_id, handle_signals=False,
             on_transition=pause_at_start, **common)  # fmt: skip
-    with pytest.raises(InvalidInputError, match="leased by w1@host:1, which is driving it"):
+    with pytest.raises(InvalidInputError, match="leased by w1@host:1; to take it over by hand"):
         resume_run(job.run_id, **common)
     assert qstore.release_job(job.run_id, "w1@host:1", "queued")
     with pytest.raises(InvalidInputError, match="queued: a queue worker continues it"):
