@@ -209,7 +209,7 @@ def dequeue(run_id: str, why: str, who: str | None, db: str) -> None:
     by, at = signature(who, why)
     with journal_store(db, must_exist=True) as store:
         status = store.dequeue_job(run_id, f"dequeued by {by} at {at}: {why}")
-        job = store.job(run_id)
+        job = store.job(run_id) if status is None else None  # why it was not dequeued
     if status == "cancelled":
         click.echo(f"job {run_id} cancelled: its run never started")
     elif status == "done":

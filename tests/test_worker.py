@@ -1296,15 +1296,21 @@ def test_a_model_reporting_an_infinite_cost_still_ends_with_a_record(
     assert_contract(record, record_path, journal)
 
 
-def test_the_record_keeps_the_last_tool_calls_and_counts_the_rest(
-    journal: SqliteStore, record_path: Path
-) -> None:
+def _pinger() -> ToolRegistry:
+    """One cheap inline tool, `ping(n)`, for runs with many calls."""
     reg = ToolRegistry()
 
     @reg.tool(isolation="inline")
     def ping(n: int) -> ToolResult:
         return ToolResult(observation=n)
 
+    return reg
+
+
+def test_the_record_keeps_the_last_tool_calls_and_counts_the_rest(
+    journal: SqliteStore, record_path: Path
+) -> None:
+    reg = _pinger()
     steps = RECORD_TOOL_CALLS + 30
     record = run(
         "agent_loop",
@@ -1327,12 +1333,7 @@ def test_the_record_keeps_the_last_tool_calls_and_counts_the_rest(
 def test_a_long_runs_handoff_packet_lists_the_last_calls_and_counts_the_rest(
     journal: SqliteStore, record_path: Path
 ) -> None:
-    reg = ToolRegistry()
-
-    @reg.tool(isolation="inline")
-    def ping(n: int) -> ToolResult:
-        return ToolResult(observation=n)
-
+    reg = _pinger()
     steps = RECORD_TOOL_CALLS + 5
     replies = [call("ping", n=i) for i in range(steps)] + [{"handoff": {"why": "stuck"}}]
     record = go(journal, record_path, replies, reg, budgets={"max_steps": steps + 1})
