@@ -589,20 +589,31 @@ def test_a_run_left_mid_way_is_resumed_and_one_already_halted_only_released(
     assert {j.attempts for j in qstore.jobs()} == {2}
 
 
-def test_a_lost_lease_stops_the_run_before_its_next_call_and_the_new_owner_finishes_it(
-    qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _stolen_at_the_gate(
+    qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task: str,
+    **options: Any,
+) -> tuple[Path, Job, list[str], QueueWorker, threading.Thread, list[int]]:  # fmt: skip
+    """A worker with a 0.2 s lease starts `task` (a `gated` one: its model call waits for
+    the gate file); meanwhile its lease expires and a thief leases the job."""
     gate = tmp_path / "gate"
     monkeypatch.setenv(GATE_ENV, str(gate))
-    job = submit(qstore, "agent_loop", "gated steps 2")
+    job = submit(qstore, "agent_loop", task)
     lines: list[str] = []
-    # The heartbeat comes too late to keep a 0.2 s lease: a thief takes the job meanwhile.
-    w = worker(backend, tmp_path / "records", lease_s=0.2, heartbeat_s=1.0, idle_exit=True,
-               log=lines.append)  # fmt: skip
+    w = worker(backend, tmp_path / "records", lease_s=0.2, log=lines.append, **options)
     thread, code = in_background(w)
     wait_for("the run to start", lambda: events_of(backend, job.run_id))
     time.sleep(0.3)
     assert qstore.lease_job("thief", 30) is not None
+    return gate, job, lines, w, thread, code
+
+
+def test_a_lost_lease_stops_the_run_before_its_next_call_and_the_new_owner_finishes_it(
+    qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The heartbeat comes too late to keep a 0.2 s lease: a thief takes the job meanwhile.
+    gate, job, lines, _, thread, code = _stolen_at_the_gate(
+        qstore, backend, tmp_path, monkeypatch, "gated steps 2", heartbeat_s=1.0, idle_exit=True
+    )
     wait_for("the lease loss", lambda: any("lost its lease" in x for x in lines))
     gate.touch()  # the model replies with a tool call: the worker stops before making it
     wait_for("the abandon", lambda: any(f"run {job.run_id} abandoned" in x for x in lines))
@@ -619,18 +630,11 @@ def test_a_lost_lease_stops_the_run_before_its_next_call_and_the_new_owner_finis
 def test_a_worker_that_lost_its_lease_never_makes_the_next_call(
     qstore: Store, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gate = tmp_path / "gate"
-    monkeypatch.setenv(GATE_ENV, str(gate))
-    job = submit(qstore, "agent_loop", "gated charge 1")
-    lines: list[str] = []
-    # The heartbeat comes too late to keep a 0.2 s lease: a thief takes the job while the
-    # model call waits at the gate; the reply then proposes a charge.
-    w = worker(backend, tmp_path / "records", lease_s=0.2, heartbeat_s=30.0, max_jobs=1,
-               log=lines.append)  # fmt: skip
-    thread, code = in_background(w)
-    wait_for("the run to start", lambda: events_of(backend, job.run_id))
-    time.sleep(0.3)
-    assert qstore.lease_job("thief", 30) is not None
+    # No heartbeat in time to notice: the thief takes the job while the model call waits at
+    # the gate; the reply then proposes a charge.
+    gate, job, lines, w, thread, code = _stolen_at_the_gate(
+        qstore, backend, tmp_path, monkeypatch, "gated charge 1", heartbeat_s=30.0, max_jobs=1
+    )
     gate.touch()
     thread.join(WAIT_S)
     assert code == [0]
