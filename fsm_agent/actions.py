@@ -17,13 +17,14 @@ import attrs
 from fsm_agent import serde
 from fsm_agent.context import RunContext
 from fsm_agent.deadline import CallResult, call_with_deadline
+from fsm_agent.effects import settle
 from fsm_agent.errors import Interrupted
 from fsm_agent.guards import resolve_guard
 from fsm_agent.halt import DONE
 from fsm_agent.journal import Facts
 from fsm_agent.lanes import assert_local_halt, halt_lane_refusal
 from fsm_agent.models import ModelCallFailed, ModelReply, Prompt, describe_tools
-from fsm_agent.outcomes import grounded_values, jsonable, outcome_from_call
+from fsm_agent.outcomes import add_receipted, jsonable, outcome_from_call
 from fsm_agent.proposals import (
     FinalAnswer,
     HandoffRequest,
@@ -129,6 +130,7 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
         proposal, repaired = _repair_vote(ctx, content, proposal, step)
     ctx.proposal = proposal
     if isinstance(proposal, ToolCall):
+        ctx.last_tool_call = proposal
         fingerprint = json.dumps([proposal.name, proposal.args], sort_keys=True, default=repr)
         ctx.repeats = ctx.repeats + 1 if fingerprint == ctx.last_call else 1
         ctx.last_call = fingerprint
@@ -177,7 +179,9 @@ def proposal_note(proposal: Proposal) -> dict[str, Any] | None:
     if isinstance(proposal, FinalAnswer):
         return {
             "role": "runtime",
-            "content": "a final answer counts only if a receipted tool result backs it",
+            "content": "a final answer counts only if what receipted tool results returned"
+            " backs every value it states, and only once every call with a side effect has"
+            " complete receipts",
         }
     return None
 
@@ -211,6 +215,7 @@ def call_entry(step: int, outcome: ToolOutcome) -> ToolCallEntry:
         error=outcome.error,
         outcome_unknown=outcome.outcome_unknown,
         duration_ms=outcome.duration_ms,
+        side_effect=outcome.side_effect,
     )
 
 
@@ -219,11 +224,16 @@ def _record_call(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
     ctx.tool = outcome
     ctx.add_cost(outcome.cost)
     ctx.count_call(call_entry(ctx.steps_used, outcome))
+    ctx.unreceipted = settle(ctx.unreceipted, ctx.steps_used, outcome)
     return outcome
 
 
 def _side_effect_call(
-    ctx: RunContext, name: str, args: dict[str, Any], call: Callable[[float], CallResult]
+    ctx: RunContext,
+    name: str,
+    args: dict[str, Any],
+    call: Callable[[float], CallResult],
+    side_effect: bool = True,
 ) -> CallResult:
     """Run a tool or user action under its time cap (and the wall clock). If a signal cuts
     it short, the call is still recorded — as interrupted, its side effect unknown."""
@@ -239,6 +249,7 @@ def _side_effect_call(
                 args=args,
                 status="interrupted",
                 outcome_unknown=True,
+                side_effect=side_effect,
                 duration_ms=int((time.monotonic() - started) * 1000),
                 error=f"interrupted by signal {exc.signum} while running;"
                 " its side effect is unknown",
@@ -252,7 +263,11 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
     if not isinstance(proposal, ToolCall) or ctx.tools.get(proposal.name) is None:
         name = proposal.name if isinstance(proposal, ToolCall) else "?"
         ctx.tool = ToolOutcome(
-            name=name, args={}, status="failed", error=f"no registered tool {name!r} to run"
+            name=name,
+            args={},
+            status="failed",
+            error=f"no registered tool {name!r} to run",
+            side_effect=False,
         )
         return "tool_failed", Facts(action="tool", tool=ctx.tool, error=ctx.tool.error)
     tool = ctx.tools.get(proposal.name)
@@ -263,7 +278,7 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
     problem = argument_problem(tool, args)
     if problem is not None:  # never called (no call recorded): the model may try again
         outcome = ctx.tool = ToolOutcome(
-            name=tool.name, args=args, status="failed", retryable=True,
+            name=tool.name, args=args, status="failed", retryable=True, side_effect=False,
             error=f"arguments refused before the call: {problem}; {tool.name} was not called",
         )  # fmt: skip
     else:
@@ -278,8 +293,11 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
                 isolation=tool.isolation,
                 name=f"tool:{tool.name}",
             ),
+            tool.side_effect,
         )
-        outcome = _record_call(ctx, outcome_from_call(tool.name, args, call))
+        outcome = _record_call(
+            ctx, outcome_from_call(tool.name, args, call, side_effect=tool.side_effect)
+        )
     trigger = {"returned": "tool_returned", "failed": "tool_failed", "timed_out": "tool_timed_out"}[
         outcome.status
     ]
@@ -295,7 +313,7 @@ def _collect_receipts(ctx: RunContext) -> tuple[str, Facts]:
         complete = receipts_complete(outcome.receipts)
         ctx.evidence = ctx.evidence or complete
         if complete:
-            ctx.grounded = grounded_values(ctx.grounded, outcome)
+            ctx.receipted = add_receipted(ctx.receipted, ctx.steps_used, outcome)
         ctx.history.append(receipts_note(outcome))
     return "collected", Facts(action="receipts")
 

@@ -35,6 +35,7 @@ from fsm_agent.halt import EXIT_PAUSED, exit_code
 from fsm_agent.journal import Event, RunRow
 from fsm_agent.models import ModelAdapter
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, record_json
+from fsm_agent.snapshot import SUCCESS_RULES
 from fsm_agent.spec import load_machine
 from fsm_agent.tools import ToolRegistry, load_tools
 from fsm_agent.worker import run as run_machine
@@ -69,8 +70,17 @@ def _summary(record: HaltRecord) -> str:
     ]
     if record.answer is not None:
         lines.append(f"answer: {record.answer}")
+    if record.grounded_by:
+        lines.append(f"grounded by: {', '.join(record.grounded_by)}")
     if record.error:
         lines.append(f"why: {record.error}")
+    lines += [
+        f"without complete receipts: {call}"
+        for call in record.unreceipted
+        if call not in (record.error or "")
+    ]
+    if record.success_rules < SUCCESS_RULES:
+        lines.append(f"decided under success rules {record.success_rules} (before {SUCCESS_RULES})")
     return "\n".join(lines)
 
 

@@ -13,9 +13,9 @@ import attrs
 from fsm_agent.budgets import Budgets, Meters
 from fsm_agent.lanes import ControlPlane, Lane
 from fsm_agent.models import ModelAdapter
-from fsm_agent.proposals import Proposal
+from fsm_agent.proposals import Proposal, ToolCall
 from fsm_agent.record import RECORD_TOOL_CALLS, ToolCallEntry
-from fsm_agent.snapshot import Snapshot, ToolOutcome
+from fsm_agent.snapshot import SUCCESS_RULES, PendingEffect, Receipted, Snapshot, ToolOutcome
 from fsm_agent.spec import MachineSpec
 from fsm_agent.tools import ToolRegistry
 
@@ -50,7 +50,12 @@ class RunContext:
     proposal: Proposal | None = None
     tool: ToolOutcome | None = None
     evidence: bool = False
-    grounded: tuple[str, ...] = ()
+    #: the success rules the run is decided under (a resumed run keeps its own)
+    rules: int = SUCCESS_RULES
+    unreceipted: tuple[PendingEffect, ...] = ()
+    receipted: tuple[Receipted, ...] = ()
+    #: the last tool call the model proposed (made or refused): a handoff freezes its args
+    last_tool_call: ToolCall | None = None
     repeats: int = 0
     last_call: str | None = None
     history: list[dict[str, Any]] = attrs.field(factory=list)
@@ -80,7 +85,9 @@ class RunContext:
             proposal=self.proposal,
             tool=self.tool,
             evidence=self.evidence,
-            grounded=self.grounded,
+            rules=self.rules,
+            unreceipted=self.unreceipted,
+            receipted=self.receipted,
             allowlist=self.allowlist,
             privileged=self.privileged,
             halt_lane=self.halt_lane,

@@ -7,12 +7,12 @@ from this registry — never lazily, never by magic attribute lookup.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final
 
 from fsm_agent.budgets import tripped_meter
+from fsm_agent.grounding import ground, grounded_v1
 from fsm_agent.lanes import halt_lane_refusal
 from fsm_agent.proposals import FinalAnswer, Rejection, ToolCall
 from fsm_agent.receipts import receipts_complete as _receipts_complete
@@ -68,25 +68,21 @@ def evidence_complete(s: Snapshot) -> bool:
     return s.evidence
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.casefold().split()).strip(" .!?,;:")
-
-
-def _contains_words(outer: str, inner: str) -> bool:
-    """`inner` occurs in `outer` as whole words (so "1" is not found in "cap_1")."""
-    return len(inner) >= 2 and re.search(rf"(?<!\w){re.escape(inner)}(?!\w)", outer) is not None
-
-
 def answer_grounded(s: Snapshot) -> bool:
-    """The final answer equals, contains or is contained in (as whole words) a value that a
-    tool call with complete receipts returned. The model's own invention is refused."""
+    """The final answer comes from what receipted tool calls returned: every concrete value
+    it asserts was returned, and some call's returned value backs it (see
+    `fsm_agent.grounding`; citing a receipt id grounds nothing by itself)."""
     if not isinstance(s.proposal, FinalAnswer):
         return False
-    answer = _norm(s.proposal.text)
-    values = [v for v in (_norm(g) for g in s.grounded) if v]
-    return bool(answer) and any(
-        v == answer or _contains_words(answer, v) or _contains_words(v, answer) for v in values
-    )
+    if s.rules < 2:
+        return grounded_v1(s.proposal.text, s.grounded)
+    return ground(s.proposal.text, s.receipted).grounded
+
+
+def side_effects_receipted(s: Snapshot) -> bool:
+    """No side-effecting call of this run lacks complete receipts (on every edge that halts
+    `completed`, added by the loader)."""
+    return not s.unreceipted
 
 
 def thrashing(s: Snapshot) -> bool:
@@ -133,6 +129,7 @@ BUILTIN_GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
             goal_satisfied,
             evidence_complete,
             answer_grounded,
+            side_effects_receipted,
             thrashing,
             retries_left,
             error_retryable,
@@ -142,6 +139,12 @@ BUILTIN_GUARDS: Final[Mapping[str, Guard]] = MappingProxyType(
         )
     }
 )
+
+
+#: Guards that came with a version of the success rules: a snapshot journaled under older
+#: rules never had them evaluated, so replay of an old journal skips them (and records them
+#: as skipped nowhere: they were not part of the rule that run was decided under).
+GUARD_SINCE: Final[Mapping[str, int]] = MappingProxyType({"side_effects_receipted": 2})
 
 
 class UnknownGuard(BadReference):

@@ -27,6 +27,7 @@ class HaltReason(enum.StrEnum):
     HANDOFF_REQUESTED = "handoff_requested"
     TOOL_REFUSED = "tool_refused"
     HALT_PATH_REFUSED = "halt_path_refused"
+    GUARD_REFUSED = "guard_refused"
     NO_TRANSITION = "no_transition"
     ROUTING_FROZEN = "routing_frozen"
     SIDE_EFFECT_UNKNOWN = "side_effect_unknown"
@@ -69,6 +70,7 @@ TERMINAL_STATE: Final = MappingProxyType(
         HaltReason.HANDOFF_REQUESTED: HANDOFF,
         HaltReason.TOOL_REFUSED: HANDOFF,
         HaltReason.HALT_PATH_REFUSED: HANDOFF,
+        HaltReason.GUARD_REFUSED: HANDOFF,
         HaltReason.NO_TRANSITION: HANDOFF,
         HaltReason.ROUTING_FROZEN: HANDOFF,
         HaltReason.SIDE_EFFECT_UNKNOWN: HANDOFF,

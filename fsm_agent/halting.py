@@ -31,6 +31,8 @@ class Halting(Journaling):
     record_path: Path
     trace_copy: Path | None
     journaled: bool
+    #: the declared transition that halted the run (None for a halt the runtime imposed)
+    edge: TransitionSpec | None = None
 
     def _halt_on(
         self,
@@ -41,6 +43,7 @@ class Halting(Journaling):
         reason: HaltReason | None,
     ) -> None:
         assert reason is not None  # noqa: S101 - the loader requires halt on terminal edges
+        self.edge = transition
         with self.gate.shielded():
             event = self._event(
                 transition.trigger, transition.dest, snapshot, guards, (), facts, halt=reason
@@ -54,7 +57,7 @@ class Halting(Journaling):
                     self._force(HaltReason.INTERNAL_ERROR, "trace_copy", failure)
                     return
                 if failure is not None:  # the copy failed: the record says so
-                    note = f"{explain(self.ctx, reason) or reason.value}; {failure}"
+                    note = f"{explain(self.ctx, reason, transition) or reason.value}; {failure}"
                     record = None
             self._commit(event)
             self._finish(reason, note, None, record)
@@ -79,6 +82,7 @@ class Halting(Journaling):
             if self.spec.state(self.state).terminal:
                 self._finish(self.record.halt_reason if self.record else reason, note, signum)
                 return
+            self.edge = None  # imposed: no declared edge made this halt
             snap = snapshot or self.ctx.snapshot(self.state, None, None)
             try:
                 event = self._event(
@@ -136,4 +140,5 @@ class Halting(Journaling):
             ended_at=now_iso(),
             journal=self.store.location,
             journal_head=head or self.head,
+            edge=self.edge,
         )

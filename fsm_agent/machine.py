@@ -14,8 +14,10 @@ from typing import Any
 import attrs
 from transitions import Machine
 
-from fsm_agent.errors import FsmAgentError
-from fsm_agent.guards import Guard, budget_tripped, resolve_guard
+from fsm_agent.effects import RECEIPTS_GUARD
+from fsm_agent.errors import FsmAgentError, MachineSpecError
+from fsm_agent.guards import GUARD_SINCE, Guard, budget_tripped, resolve_guard
+from fsm_agent.halt import HaltReason
 from fsm_agent.journal import GuardResult
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import BUDGET_TRIGGER, MachineSpec, TransitionSpec
@@ -51,9 +53,13 @@ class _Cursor:
 class _GuardCall:
     def __init__(self, index: int, ref: str, fn: Guard) -> None:
         self.index, self.ref, self.fn = index, ref, fn
+        #: a guard that came with newer success rules is not part of older runs' decisions
+        self.since = GUARD_SINCE.get(ref, 0)
 
     def __call__(self, event_data: Any) -> bool:
         cursor: _Cursor = event_data.model
+        if cursor.snapshot.rules < self.since:
+            return True
         try:
             result = self.fn(cursor.snapshot)
         except Exception as exc:
@@ -80,6 +86,15 @@ class CompiledMachine:
     """A declaration ready to decide transitions for any number of runs."""
 
     def __init__(self, spec: MachineSpec) -> None:
+        for t in spec.transitions:  # a spec built by hand cannot skip the loader's rule
+            if t.halt is HaltReason.COMPLETED and RECEIPTS_GUARD not in t.guards:
+                raise MachineSpecError(
+                    f"transition {t.index} halts 'completed' without the guard"
+                    f" {RECEIPTS_GUARD!r}: no run may end done while a side-effecting call"
+                    " lacks complete receipts (load declarations with load_machine)",
+                    source=spec.source,
+                    key=f"$.transitions[{t.index}].guards",
+                )
         self.spec = spec
         self.machine = Machine(
             model=None,

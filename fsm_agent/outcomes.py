@@ -2,7 +2,7 @@
 
 A tool's return value is checked as strictly as the converter checks JSON (a receipt status
 of "200" is not a receipt), a deadline-bound call becomes a `ToolOutcome`, and a receipted
-result contributes the values a final answer may be grounded in.
+result contributes what a final answer may be grounded in.
 """
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import reprlib
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
+
 from fsm_agent import serde
 from fsm_agent.deadline import CallResult, ChildError
 from fsm_agent.proposals import MAX_REPLY_BYTES, MAX_REPLY_CHARS, json_problem
 from fsm_agent.receipts import Receipt
-from fsm_agent.snapshot import ToolOutcome
+from fsm_agent.snapshot import Receipted, ToolOutcome
 from fsm_agent.tools import ToolError, ToolResult
 
 #: How a value the journal cannot keep as is starts; the marker is text, so a replay parses
@@ -102,7 +104,16 @@ def to_result(value: Any) -> ToolResult:
     )
 
 
-def outcome_from_call(name: str, args: dict[str, Any], call: CallResult) -> ToolOutcome:
+def outcome_from_call(
+    name: str, args: dict[str, Any], call: CallResult, *, side_effect: bool = True
+) -> ToolOutcome:
+    """What a deadline-bound call of a tool (or user action) produced; `side_effect=False`
+    for a tool declared as a read."""
+    outcome = _outcome(name, args, call)
+    return outcome if side_effect else attrs.evolve(outcome, side_effect=False)
+
+
+def _outcome(name: str, args: dict[str, Any], call: CallResult) -> ToolOutcome:
     ms = call.elapsed_ms
     if call.status == "timeout":
         late = call.fate == "late (inline)"
@@ -170,13 +181,15 @@ def _leaves(value: Any, depth: int = 0) -> Iterator[str]:
             yield from _leaves(v, depth + 1)
 
 
-def grounded_values(known: tuple[str, ...], outcome: ToolOutcome) -> tuple[str, ...]:
-    """Add what a receipted result returned: its final, its receipt ids, its observation."""
+def add_receipted(
+    known: tuple[Receipted, ...], step: int, outcome: ToolOutcome
+) -> tuple[Receipted, ...]:
+    """`known` and what one receipted call returned: its final, its observation values (each
+    cut to 4,096 characters), its receipt ids. The run keeps at most MAX_GROUNDED values in
+    all (a long run's snapshot stays bounded; later values are not kept)."""
+    room = MAX_GROUNDED - sum(len(c.values) for c in known)
     found = [outcome.final] if outcome.final else []
-    found += [r.id for r in outcome.receipts]
     found += [v[:4096] for v in _leaves(outcome.observation)]
-    merged = list(known)
-    for value in found:
-        if value and value not in merged:
-            merged.append(value)
-    return tuple(merged[:MAX_GROUNDED])
+    values = tuple(dict.fromkeys(v for v in found if v))[: max(0, room)]
+    ids = tuple(dict.fromkeys(r.id for r in outcome.receipts if r.id))
+    return (*known, Receipted(step=step, name=outcome.name, values=values, ids=ids))

@@ -37,6 +37,8 @@ class ToolCallEntry:
     error: str | None = None
     outcome_unknown: bool = False
     duration_ms: int = 0
+    #: False for a read (or a call refused before it was made)
+    side_effect: bool = True
 
 
 @attrs.frozen
@@ -46,6 +48,11 @@ class HandoffPacket:
     why: str
     tried: tuple[str, ...] = ()
     frozen_args: dict[str, Any] | None = None
+    #: where a declared edge stopped the run: its source state and trigger, and the user
+    #: guards (`package.module:function`) that made it stop
+    state: str | None = None
+    trigger: str | None = None
+    guards: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -77,6 +84,13 @@ class HaltRecord:
     #: the run's head hash in the journal when the record was written (see fsm_agent.chain):
     #: kept outside the database, it anchors the journal's hash chain
     journal_head: str | None = None
+    #: which receipted calls grounded a completed run's answer (`step 1: lookup_ticket`)
+    grounded_by: tuple[str, ...] = ()
+    #: side-effecting calls without complete receipts when the run ended: their effect is
+    #: not known to have happened (never on a completed run)
+    unreceipted: tuple[str, ...] = ()
+    #: the success rules the run was decided under (1: recorded before 2026-12-01)
+    success_rules: int = 1
     format: str = RECORD_FORMAT
 
 

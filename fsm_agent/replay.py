@@ -28,7 +28,7 @@ from fsm_agent.lanes import CONTROL_KEYS, halt_lane_refusal
 from fsm_agent.machine import CompiledMachine, Decision, compile_machine
 from fsm_agent.proposals import Proposal, Rejection, parse_reply
 from fsm_agent.receipts import Receipt
-from fsm_agent.snapshot import Snapshot
+from fsm_agent.snapshot import SUCCESS_RULES, Snapshot
 from fsm_agent.spec import MachineSpec, parse_machine
 
 Verdict = Literal["match", "diverged", "external", "halted_earlier", "needs_facts"]
@@ -78,6 +78,8 @@ class ReplayReport:
     recomputed_halt: HaltReason | None
     ok: bool
     summary: str
+    #: the success rules the run was recorded, and so re-decided, under (see SUCCESS_RULES)
+    rules: int = SUCCESS_RULES
 
 
 def _guard_checks(
@@ -311,11 +313,12 @@ def replay_events(
         steps.append(report)
         if report.verdict in ("diverged", "halted_earlier", "needs_facts"):
             break
-    return _conclude(run, spec, steps, counterfactual)
+    rules = events[0].snapshot.rules if events else SUCCESS_RULES
+    return _conclude(run, spec, steps, counterfactual, rules)
 
 
 def _conclude(
-    run: RunRow, spec: MachineSpec, steps: list[StepReport], counterfactual: bool
+    run: RunRow, spec: MachineSpec, steps: list[StepReport], counterfactual: bool, rules: int
 ) -> ReplayReport:
     last = steps[-1] if steps else None
     recorded = run.halt_reason
@@ -327,10 +330,15 @@ def _conclude(
         and recomputed == recorded
     )
     summary = _summary(run, last, len(steps), ok)
+    if rules < SUCCESS_RULES:
+        summary += (
+            f" under success rules {rules}, the rules it was recorded with (before side"
+            " effects needed receipts and answers value-level grounding): not re-judged"
+        )
     return ReplayReport(
         run_id=run.run_id, machine=spec.name, machine_sha256=spec.sha256,
         counterfactual=counterfactual, steps=tuple(steps), recorded_halt=recorded,
-        recomputed_halt=recomputed, ok=ok, summary=summary,
+        recomputed_halt=recomputed, ok=ok, summary=summary, rules=rules,
     )  # fmt: skip
 
 

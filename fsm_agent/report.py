@@ -27,7 +27,7 @@ from fsm_agent.receipts import Receipt
 from fsm_agent.record import HaltRecord, atomic_write_text
 from fsm_agent.replay import ReplayReport, replay_events
 from fsm_agent.replay_view import format_step
-from fsm_agent.snapshot import ToolOutcome
+from fsm_agent.snapshot import SUCCESS_RULES, ToolOutcome
 from fsm_agent.spec import MachineSpec, parse_machine
 
 REPLY_EXCERPT = 600
@@ -150,6 +150,15 @@ def _halt_rows(rec: HaltRecord) -> list[tuple[str, str]]:
         ("tool calls", f"{m.tool_calls} (retries {m.retries_used} of {b.max_retries})"),
         ("answer", _pre(rec.answer) or "—"),
     ]
+    if rec.grounded_by:
+        rows.append(("grounded by", ", ".join(f"<code>{_esc(c)}</code>" for c in rec.grounded_by)))
+    if rec.unreceipted:
+        pending = "".join(f"<li>{_esc(c)}</li>" for c in rec.unreceipted)
+        rows.append(("without complete receipts", f'<ul class="bad">{pending}</ul>'))
+    if rec.success_rules < SUCCESS_RULES:
+        rows.append(
+            ("success rules", f"{rec.success_rules} (recorded before rules {SUCCESS_RULES})")
+        )
     rows += [("error", _pre(rec.error))] if rec.error is not None else []
     rows += [("signal", str(rec.signal))] if rec.signal is not None else []
     rows.append(("started / ended", f"{_esc(rec.started_at)} → {_esc(rec.ended_at)}"))
@@ -163,13 +172,20 @@ def _handoff(rec: HaltRecord) -> str:
     tried = "".join(f"<li>{_esc(t)}</li>" for t in p.tried) or "<li>nothing</li>"
     frozen = _pre(_json(p.frozen_args)) if p.frozen_args is not None else "none"
     rows = [("why", _esc(p.why)), ("tried", f"<ul>{tried}</ul>"), ("frozen args", frozen)]
+    if p.state is not None:
+        rows.append(
+            ("stopped at", f"<code>{_esc(p.state)}</code> on <code>{_esc(p.trigger or '')}</code>")
+        )
+    if p.guards:
+        rows.append(("by guard", ", ".join(f"<code>{_esc(g)}</code>" for g in p.guards)))
     return "<h3>Handoff packet</h3>" + _dl(rows)
 
 
 def _tool_calls(rec: HaltRecord) -> str:
     """The record's last tool calls, one line each (the timeline has every detail)."""
     items = "".join(
-        f"<li>step {c.step}: <code>{_esc(c.name)}</code> {_esc(c.status)}"
+        f"<li>step {c.step}: <code>{_esc(c.name)}</code>{'' if c.side_effect else ' (read)'}"
+        f" {_esc(c.status)}"
         f"{' (outcome unknown)' if c.outcome_unknown else ''} · {_receipts(c.receipts)}"
         f"{_pre(_excerpt(c.args))}{_pre(c.error)}</li>"
         for c in rec.tool_calls

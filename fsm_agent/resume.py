@@ -35,7 +35,7 @@ from fsm_agent.halting import Halting
 from fsm_agent.journal import Control, Event, RunRow, Store
 from fsm_agent.models import ModelAdapter
 from fsm_agent.proposals import ToolCall
-from fsm_agent.snapshot import Snapshot
+from fsm_agent.snapshot import SUCCESS_RULES, Snapshot
 from fsm_agent.spec import MachineSpec, parse_machine
 from fsm_agent.tools import ToolRegistry
 
@@ -150,6 +150,12 @@ def restore_context(
     """The run's context as it was after its last committed event."""
     last = events[-1]
     snap = last.snapshot
+    if snap.rules < SUCCESS_RULES:  # its journal cannot say which calls had side effects
+        raise InvalidInputError(
+            f"run {run.run_id} was recorded under success rules {snap.rules}, before this"
+            f" version (rules {SUCCESS_RULES}) learned which calls have side effects; it is"
+            " not resumed: check its last tool call by hand, then start the task again"
+        )
     ctx = RunContext(
         spec=spec,
         task=run.task,
@@ -172,7 +178,9 @@ def restore_context(
         proposal=snap.proposal,
         tool=snap.tool,
         evidence=snap.evidence,
-        grounded=snap.grounded,
+        rules=snap.rules,
+        unreceipted=snap.unreceipted,
+        receipted=snap.receipted,
         repeats=snap.repeats,
         repair=snap.repair,
     )
@@ -191,6 +199,7 @@ def _replay_facts(ctx: RunContext, event: Event) -> None:
     if facts.action == "model" and snap.proposal is not None:
         note = proposal_note(snap.proposal)
         if isinstance(snap.proposal, ToolCall):
+            ctx.last_tool_call = snap.proposal
             ctx.last_call = json.dumps(
                 [snap.proposal.name, snap.proposal.args], sort_keys=True, default=repr
             )

@@ -8,7 +8,8 @@ re-evaluate every guard without a model, a tool or a clock.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -18,6 +19,12 @@ from fsm_agent.proposals import Proposal
 from fsm_agent.receipts import Receipt
 
 ToolStatus = Literal["returned", "failed", "timed_out", "interrupted"]
+
+#: The success rules new runs are decided under. 1: journals recorded before 2026-12-01 (an
+#: answer grounded by any substring match; side effects not checked); 2: no `completed`
+#: while a side-effecting call lacks complete receipts, and value-level grounding. Replay
+#: re-decides a run under the rules it was recorded with.
+SUCCESS_RULES: Final = 2
 
 
 @attrs.frozen
@@ -36,6 +43,41 @@ class ToolOutcome:
     duration_ms: int = 0
     #: True when the tool was abandoned or killed at a deadline: its side effect is unknown.
     outcome_unknown: bool = False
+    #: False for a call that cannot have changed the world: a tool declared as a read, or a
+    #: call refused before it was made. True (the default) fails closed.
+    side_effect: bool = True
+
+
+@attrs.frozen
+class PendingEffect:
+    """A side-effecting call whose receipts are not complete (a non-2xx status, an empty or
+    missing id, no receipts, a failure): its effect is not known to have happened. It stays
+    pending until the same tool with the same arguments returns complete receipts."""
+
+    step: int
+    name: str
+    args: dict[str, Any]
+    why: str
+
+    def describe(self) -> str:
+        """`step 2: close_ticket({"ticket": "T-200"}) -> 206 with an empty id`."""
+        args = json.dumps(self.args, sort_keys=True, default=repr)
+        return f"step {self.step}: {self.name}({args}) -> {self.why}"
+
+
+@attrs.frozen
+class Receipted:
+    """What one tool call with complete receipts returned: the values an answer may be
+    grounded in (its `final` and every observation value) and its receipt ids (which an
+    answer may cite, but which ground nothing by themselves)."""
+
+    step: int
+    name: str
+    values: tuple[str, ...] = ()
+    ids: tuple[str, ...] = ()
+
+    def label(self) -> str:
+        return f"step {self.step}: {self.name}"
 
 
 @attrs.frozen
@@ -51,8 +93,15 @@ class Snapshot:
     proposal: Proposal | None = None
     tool: ToolOutcome | None = None
     evidence: bool = False
-    #: Values (finals, receipt ids, observation strings) returned by receipted tool calls.
+    #: Under success rules 1 only: values (finals, receipt ids, observation strings) returned
+    #: by receipted tool calls. Rules 2 keep them per call in `receipted`.
     grounded: tuple[str, ...] = ()
+    #: the success rules this run is decided under (see SUCCESS_RULES); 1 for old journals
+    rules: int = 1
+    #: side-effecting calls of this run without complete receipts (rules 2)
+    unreceipted: tuple[PendingEffect, ...] = ()
+    #: receipted tool calls and what they returned, for grounding an answer (rules 2)
+    receipted: tuple[Receipted, ...] = ()
     allowlist: tuple[str, ...] = ()
     privileged: tuple[str, ...] = ()
     halt_lane: Lane = LOCAL

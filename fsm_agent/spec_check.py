@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fsm_agent.budgets import BUDGET_NAMES, check_budget
+from fsm_agent.effects import RECEIPTS_GUARD
 from fsm_agent.errors import BudgetError
 from fsm_agent.guards import UnknownGuard, resolve_guard
 from fsm_agent.halt import BUDGET_EXHAUSTED, TERMINAL_STATE, TERMINAL_STATES, HaltReason
@@ -180,13 +181,23 @@ class Validator:
                 f" produces {trigger!r} (it produces: {', '.join(produces)})",
                 f"{path}.trigger",
             )
+        guards = self._guards(t.get("guards", []), path)
+        halt = self._halt(t.get("halt"), dest, path)
+        if halt is HaltReason.COMPLETED and RECEIPTS_GUARD not in guards:
+            guards = (RECEIPTS_GUARD, *guards)  # the runtime's rule, in every declaration
+        if halt is HaltReason.GUARD_REFUSED and not any(":" in g for g in guards):
+            raise self.err(
+                "halt 'guard_refused' names the user guard that stopped the run: this edge"
+                " has none (reference one as 'package.module:function')",
+                f"{path}.guards",
+            )
         return TransitionSpec(
             index=i,
             trigger=trigger,
             source=source.name,
             dest=dest.name,
-            guards=self._guards(t.get("guards", []), path),
-            halt=self._halt(t.get("halt"), dest, path),
+            guards=guards,
+            halt=halt,
             retry=self._retry(t.get("retry", False), dest, path),
         )
 

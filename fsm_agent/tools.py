@@ -48,7 +48,8 @@ class ToolError(Exception):
 
 @attrs.frozen
 class Tool:
-    """One tool. `privileged` tools run only after the local halt check has cleared them;
+    """One tool. `side_effect=False` declares a read (see the attribute); `privileged` tools
+    run only after the local halt check has cleared them;
     `isolation="process"` runs each call in a child process that is killed at the deadline;
     `isolation="inline"` runs it in the worker's thread (no hand-off cost, but it cannot be
     interrupted: only for tools that cannot block)."""
@@ -59,6 +60,10 @@ class Tool:
     privileged: bool = False
     idempotent: bool = False
     isolation: Isolation = "thread"
+    #: False only for a read: a call that cannot change the world. A run never ends
+    #: `completed` while a side-effecting call lacks complete receipts; the default fails
+    #: closed, so a forgotten declaration never lets an unreceipted write pass as done.
+    side_effect: bool = True
 
 
 def argument_problem(tool: Tool, args: Mapping[str, Any]) -> str | None:
@@ -123,6 +128,7 @@ class ToolRegistry:
         privileged: bool = False,
         idempotent: bool = False,
         isolation: Isolation = "thread",
+        side_effect: bool = True,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator: register a function as a tool (named after the function by default)."""
 
@@ -135,6 +141,7 @@ class ToolRegistry:
                     privileged=privileged,
                     idempotent=idempotent,
                     isolation=isolation,
+                    side_effect=side_effect,
                 )
             )
             return fn

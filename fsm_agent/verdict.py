@@ -10,9 +10,12 @@ import json
 from typing import Any
 
 from fsm_agent.context import RunContext
+from fsm_agent.effects import pending_summary
+from fsm_agent.grounding import ground
 from fsm_agent.halt import HANDOFF, HaltReason, cannot_answer, terminal_state
 from fsm_agent.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
 from fsm_agent.record import HaltRecord, HandoffPacket
+from fsm_agent.spec import TransitionSpec
 
 
 def build_record(
@@ -26,10 +29,12 @@ def build_record(
     ended_at: str,
     journal: str,
     journal_head: str | None = None,
+    edge: TransitionSpec | None = None,
 ) -> HaltRecord:
-    """The record for a run that halted with `reason` (`note` overrides the explanation)."""
+    """The record for a run that halted with `reason` (`note` overrides the explanation);
+    `edge` is the declared transition that halted it (None for a halt the runtime imposed)."""
     state = terminal_state(reason)
-    error = note if note is not None else explain(ctx, reason)
+    error = note if note is not None else explain(ctx, reason, edge)
     return HaltRecord(
         task=ctx.task,
         max_steps=ctx.budgets.max_steps,
@@ -48,11 +53,29 @@ def build_record(
         started_at=started_at,
         ended_at=ended_at,
         journal=journal,
-        handoff=handoff_packet(ctx, reason, error) if state == HANDOFF else None,
+        handoff=handoff_packet(ctx, reason, error, edge) if state == HANDOFF else None,
         error=None if reason is HaltReason.COMPLETED else error,
         signal=signum,
         journal_head=journal_head,
+        grounded_by=grounded_by(ctx) if reason is HaltReason.COMPLETED else (),
+        unreceipted=tuple(p.describe() for p in ctx.unreceipted),
+        success_rules=ctx.rules,
     )
+
+
+def grounded_by(ctx: RunContext) -> tuple[str, ...]:
+    """The receipted calls a completed run's answer came from: those whose returned values
+    back a final answer, or the call whose receipted result carried the goal."""
+    if isinstance(ctx.proposal, FinalAnswer):
+        return ground(ctx.proposal.text, ctx.receipted).backed_by
+    if ctx.tool is not None and ctx.tool.final:
+        return (f"step {ctx.steps_used}: {ctx.tool.name}",)
+    return ()
+
+
+def user_guards(edge: TransitionSpec | None) -> tuple[str, ...]:
+    """The user guards (`package.module:function`, maybe negated) on a declared edge."""
+    return () if edge is None else tuple(g for g in edge.guards if ":" in g)
 
 
 def answer(ctx: RunContext, reason: HaltReason) -> str | None:
@@ -64,21 +87,41 @@ def answer(ctx: RunContext, reason: HaltReason) -> str | None:
     return cannot_answer(reason)
 
 
-def explain(ctx: RunContext, reason: HaltReason) -> str | None:
-    """One line saying why, from the recorded facts."""
+def explain(ctx: RunContext, reason: HaltReason, edge: TransitionSpec | None = None) -> str | None:
+    """One line saying why, from the recorded facts (and the edge that halted the run)."""
+    why = _why(ctx, reason, edge)
+    if why is not None and ctx.unreceipted and reason is not HaltReason.SIDE_EFFECT_UNKNOWN:
+        why += f"; without complete receipts: {pending_summary(ctx.unreceipted)}"
+    return why
+
+
+def _why(ctx: RunContext, reason: HaltReason, edge: TransitionSpec | None) -> str | None:
     proposal, tool = ctx.proposal, ctx.tool
+    guards = user_guards(edge)
+    if guards and edge is not None and reason is not HaltReason.COMPLETED:
+        return (
+            f"stopped by guard {', '.join(guards)} in state {edge.source!r} on trigger"
+            f" {edge.trigger!r}"
+        )
+    if reason is HaltReason.SIDE_EFFECT_UNKNOWN and ctx.unreceipted:
+        return (
+            f"no success without receipts: {pending_summary(ctx.unreceipted)}; the side"
+            " effect is not known to have happened: check it by hand"
+        )
     if reason in (HaltReason.SCHEMA_FAIL, HaltReason.EMPTY_RESPONSE):
         if isinstance(proposal, Rejection):
             return proposal.detail
         if isinstance(proposal, FinalAnswer):
-            return "final answer refused: no receipted tool result backs it"
+            return answer_refusal(ctx, proposal)
     if reason in (HaltReason.TOOL_ERROR, HaltReason.RETRY_BUDGET, HaltReason.TOOL_TIMEOUT):
         return tool.error if tool else None
     if reason is HaltReason.TOOL_REFUSED and isinstance(proposal, ToolCall):
-        return (
-            f"tool {proposal.name!r} is not on the allow-list"
-            f" ({', '.join(ctx.allowlist) or 'empty'}); nothing was run"
-        )
+        if proposal.name not in ctx.allowlist:
+            return (
+                f"tool {proposal.name!r} is not on the allow-list"
+                f" ({', '.join(ctx.allowlist) or 'empty'}); nothing was run"
+            )
+        return f"tool {proposal.name!r} was refused by the declaration; nothing was run"
     if reason is HaltReason.HANDOFF_REQUESTED and isinstance(proposal, HandoffRequest):
         return proposal.why
     m, b = ctx.meters, ctx.budgets
@@ -92,8 +135,29 @@ def explain(ctx: RunContext, reason: HaltReason) -> str | None:
     return spent.get(reason)
 
 
-def handoff_packet(ctx: RunContext, reason: HaltReason, why: str | None) -> HandoffPacket:
-    """Why a person is needed, what was tried, and the last proposed call's arguments."""
+def answer_refusal(ctx: RunContext, answer: FinalAnswer) -> str:
+    """Why a final answer did not complete the run."""
+    if ctx.unreceipted:
+        return (
+            f"final answer refused: without complete receipts: {pending_summary(ctx.unreceipted)}"
+        )
+    if ctx.rules < 2:
+        return "final answer refused: no receipted tool result backs it"
+    verdict = ground(answer.text, ctx.receipted)
+    if verdict.missing:
+        return (
+            "final answer refused: it states "
+            + ", ".join(repr(v) for v in verdict.missing)
+            + ", which no receipted tool result returned"
+        )
+    return "final answer refused: no value a receipted tool result returned backs it"
+
+
+def handoff_packet(
+    ctx: RunContext, reason: HaltReason, why: str | None, edge: TransitionSpec | None = None
+) -> HandoffPacket:
+    """Why a person is needed, what was tried, the arguments frozen for them (the handoff
+    request's own, or else the last proposed tool call's), and where the run stopped."""
     tried = tuple(
         f"step {c.step}: {c.name}({json.dumps(c.args, sort_keys=True, default=repr)}) -> {c.status}"
         for c in ctx.tool_calls
@@ -102,8 +166,15 @@ def handoff_packet(ctx: RunContext, reason: HaltReason, why: str | None) -> Hand
         tried = (f"({ctx.calls_omitted} earlier calls omitted: see the journal)", *tried)
     proposal = ctx.proposal
     frozen: dict[str, Any] | None = None
-    if isinstance(proposal, ToolCall):
-        frozen = {"tool": proposal.name, "args": proposal.args}
-    elif isinstance(proposal, HandoffRequest) and proposal.args is not None:
+    if isinstance(proposal, HandoffRequest) and proposal.args is not None:
         frozen = dict(proposal.args)
-    return HandoffPacket(why=why or reason.value, tried=tried, frozen_args=frozen)
+    elif ctx.last_tool_call is not None:
+        frozen = {"tool": ctx.last_tool_call.name, "args": dict(ctx.last_tool_call.args)}
+    return HandoffPacket(
+        why=why or reason.value,
+        tried=tried,
+        frozen_args=frozen,
+        state=None if edge is None else edge.source,
+        trigger=None if edge is None else edge.trigger,
+        guards=user_guards(edge),
+    )

@@ -36,7 +36,7 @@ def charge(order: str, idempotency_key: str) -> ToolResult:
         time.sleep(60)
     return ToolResult(
         receipts=(Receipt(status=200, id=f"ch_{order}", idempotency_key=idempotency_key),),
-        observation={"charged": order},
+        observation={"charged": order, "charge_id": f"ch_{order}"},
     )
 
 

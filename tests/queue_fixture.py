@@ -2,7 +2,7 @@
 
 The task says how a run goes, so its halt is known in advance whoever runs it:
 
-- `steps N`: N calls of the idempotent `step` tool, the last one receipted with the goal
+- `steps N`: N calls of the idempotent `step` tool, each receipted, the last with the goal
   → `completed` after N model calls (a call cut off by a kill is re-issued on resume);
 - `charge N`: the same with the non-idempotent `charge` → `completed`, or
   `side_effect_unknown` when a worker died inside a call;
@@ -36,14 +36,14 @@ def _step(n: int, of: int, by: int) -> ToolResult:
         time.sleep(delay_ms / 1000)
     last = n >= of
     return ToolResult(
-        receipts=(Receipt(status=200, id=f"step-{n}"),) if last else (),
+        receipts=(Receipt(status=200, id=f"step-{n}"),),
         observation={"n": n, "pid": os.getpid()},
         final=FINAL if last else None,
     )
 
 
 def step(n: int, of: int, by: int) -> ToolResult:
-    """Step n of `of` (idempotent); the last one is receipted and carries the goal."""
+    """Step n of `of` (idempotent), receipted; the last one carries the goal."""
     return _step(n, of, by)
 
 

@@ -40,7 +40,10 @@ def test_mermaid_lists_every_transition_terminal_reasons_and_budgets() -> None:
     spec = load_machine("agent_loop")
     text = to_mermaid(spec)
     assert text.splitlines()[3] == "stateDiagram-v2"
-    assert "drafting --> done: answer [answer_grounded, judge_agrees] / completed" in text
+    assert (
+        "drafting --> done: answer [side_effects_receipted, answer_grounded, judge_agrees]"
+        " / completed"
+    ) in text
     assert "tool_pending --> budget_exhausted: tool_timed_out / tool_timeout" in text
     assert "note right of budget_exhausted: halts as max_steps, wall_clock" in text
     assert "budgets: max_steps 8, wall_clock_ms 15000" in text

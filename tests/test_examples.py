@@ -171,7 +171,8 @@ def _stop_handoff(record: HaltRecord, events: list[Event]) -> None:
     assert record.handoff is not None
     assert record.handoff.why == "would need to click Pay"
     assert record.handoff.tried == ('step 1: search({"q": "pay invoice inv_7"}) -> returned',)
-    assert record.handoff.frozen_args is None  # a model handoff request carries no tool args
+    # the handoff request carries no args: the last proposed tool call's are frozen
+    assert record.handoff.frozen_args == {"tool": "search", "args": {"q": "pay invoice inv_7"}}
 
 
 def _stop_unsafe_tool(record: HaltRecord, events: list[Event]) -> None:

@@ -21,7 +21,7 @@ from fsm_agent.lanes import ControlPlane, Lane
 from fsm_agent.machine import CompiledMachine, Decision, GuardFailed
 from fsm_agent.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
 from fsm_agent.receipts import Receipt
-from fsm_agent.snapshot import Snapshot, ToolOutcome
+from fsm_agent.snapshot import PendingEffect, Receipted, Snapshot, ToolOutcome
 from fsm_agent.spec import load_machine, parse_machine
 
 BUDGETS = Budgets(max_steps=4, wall_clock_ms=1000, max_cost=1.0, tool_timeout_ms=100, max_retries=2)
@@ -53,6 +53,21 @@ def returned(receipts: tuple[Receipt, ...] = OK, final: str | None = None) -> To
 
 def failed(*, retryable: bool) -> ToolOutcome:
     return ToolOutcome(name="lookup", args={}, status="failed", error="boom", retryable=retryable)
+
+
+VAULT = (
+    Receipted(
+        step=1, name="lookup", values=("The vault code is tangerine-42.",), ids=("doc:vault-7",)
+    ),
+)
+PENDING = PendingEffect(
+    step=2, name="close_ticket", args={"ticket": "T-200"}, why="206 with an empty id"
+)
+
+
+def v2(proposal: Any, receipted: tuple[Receipted, ...], **kw: Any) -> Snapshot:
+    """A snapshot decided under success rules 2."""
+    return snap(proposal=proposal, receipted=receipted, rules=2, **kw)
 
 
 # (guard, snapshot, expected)
@@ -130,6 +145,21 @@ CASES: list[tuple[str, Snapshot, bool]] = [
     ),
     ("answer_grounded", snap(proposal=FinalAnswer(text="7"), grounded=("7",)), True),
     ("answer_grounded", snap(proposal=None, grounded=("hunter2",)), False),
+    # success rules 2: grounded by returned values, per call; a cited receipt id is not one
+    ("answer_grounded", v2(FinalAnswer(text="The code is tangerine-42."), VAULT), True),
+    ("answer_grounded", v2(FinalAnswer(text="tangerine-42 (doc:vault-7)"), VAULT), True),
+    ("answer_grounded", v2(FinalAnswer(text="The code is 99999 (doc:vault-7)"), VAULT), False),
+    ("answer_grounded", v2(FinalAnswer(text="source: doc:vault-7"), VAULT), False),
+    ("answer_grounded", v2(FinalAnswer(text="vault code"), VAULT), False),
+    ("answer_grounded", v2(FinalAnswer(text="tangerine-42"), ()), False),
+    (
+        "answer_grounded",
+        v2(FinalAnswer(text="tangerine-42"), VAULT, grounded=("tangerine-42",)),
+        True,
+    ),
+    ("answer_grounded", v2(LOOKUP, VAULT), False),
+    ("side_effects_receipted", snap(), True),
+    ("side_effects_receipted", snap(unreceipted=(PENDING,)), False),
     ("thrashing", snap(thrash_limit=3, repeats=3), True),
     ("thrashing", snap(thrash_limit=3, repeats=5), True),
     ("thrashing", snap(thrash_limit=3, repeats=2), False),
@@ -327,25 +357,29 @@ DECISIONS: list[tuple[str, str, str, Snapshot, int | None, list[GuardResult]]] =
         "drafting",
         "answer",
         snap(proposal=FinalAnswer(text="42"), meters=Meters(retries_used=2)),
-        6,
-        [g(4, "answer_grounded", False), g(5, "retries_left", False)],
+        7,
+        [
+            g(4, "answer_grounded", False),
+            g(5, "retries_left", False),
+            g(6, "not side_effects_receipted", False),
+        ],
     ),
-    ("handoff", "drafting", "handoff", snap(proposal=HandoffRequest(why="x")), 7, []),
+    ("handoff", "drafting", "handoff", snap(proposal=HandoffRequest(why="x")), 8, []),
     (
         "empty-reply-no-retries",
         "drafting",
         "rejected",
         snap(proposal=Rejection(kind="empty_response", detail=""), meters=Meters(retries_used=2)),
-        10,
-        [g(8, "repair_refused", False), g(9, "retries_left", False), g(10, "reply_empty", True)],
+        11,
+        [g(9, "repair_refused", False), g(10, "retries_left", False), g(11, "reply_empty", True)],
     ),
     (
         "schema-fail-no-retries",
         "drafting",
         "rejected",
         snap(proposal=Rejection(kind="schema_fail", detail=""), meters=Meters(retries_used=2)),
-        11,
-        [g(8, "repair_refused", False), g(9, "retries_left", False), g(10, "reply_empty", False)],
+        12,
+        [g(9, "repair_refused", False), g(10, "retries_left", False), g(11, "reply_empty", False)],
     ),
     (
         # the second guard of a candidate is not evaluated once the first fails
@@ -353,27 +387,27 @@ DECISIONS: list[tuple[str, str, str, Snapshot, int | None, list[GuardResult]]] =
         "tool_pending",
         "tool_failed",
         snap(state="tool_pending", tool=failed(retryable=False)),
-        15,
-        [g(13, "error_retryable", False), g(14, "error_retryable", False)],
+        16,
+        [g(14, "error_retryable", False), g(15, "error_retryable", False)],
     ),
     (
         "retryable-tool-error-with-retries",
         "tool_pending",
         "tool_failed",
         snap(state="tool_pending", tool=failed(retryable=True)),
-        13,
-        [g(13, "error_retryable", True), g(13, "retries_left", True)],
+        14,
+        [g(14, "error_retryable", True), g(14, "retries_left", True)],
     ),
     (
         "retryable-tool-error-without-retries",
         "tool_pending",
         "tool_failed",
         snap(state="tool_pending", tool=failed(retryable=True), meters=Meters(retries_used=2)),
-        14,
+        15,
         [
-            g(13, "error_retryable", True),
-            g(13, "retries_left", False),
             g(14, "error_retryable", True),
+            g(14, "retries_left", False),
+            g(15, "error_retryable", True),
         ],
     ),
     (
@@ -381,24 +415,24 @@ DECISIONS: list[tuple[str, str, str, Snapshot, int | None, list[GuardResult]]] =
         "awaiting_receipts",
         "collected",
         snap(state="awaiting_receipts", tool=returned(OK, final="42")),
-        17,
-        [g(17, "goal_satisfied", True), g(17, "judge_agrees", True)],
+        18,
+        [g(18, "goal_satisfied", True), g(18, "judge_agrees", True)],
     ),
     (
         "truncated-receipts-do-not-halt",
         "awaiting_receipts",
         "collected",
         snap(state="awaiting_receipts", tool=returned(TRUNCATED, final="42")),
-        18,
-        [g(17, "goal_satisfied", False)],
+        19,
+        [g(18, "goal_satisfied", False)],
     ),
     (
         "budget-tripped",
         "drafting",
         "budget",
         snap(meters=Meters(steps_used=4)),
-        19,
-        [g(19, "budget_tripped", True)],
+        20,
+        [g(20, "budget_tripped", True)],
     ),
     (
         "budget-not-tripped",
@@ -406,7 +440,58 @@ DECISIONS: list[tuple[str, str, str, Snapshot, int | None, list[GuardResult]]] =
         "budget",
         snap(state="awaiting_receipts", meters=Meters(steps_used=4), next_action="receipts"),
         None,
-        [g(21, "budget_tripped", False)],
+        [g(22, "budget_tripped", False)],
+    ),
+    (
+        # success rules 2: a side-effecting call without receipts blocks done, whatever else
+        "answer-while-a-write-lacks-receipts-retries",
+        "drafting",
+        "answer",
+        v2(FinalAnswer(text="The code is tangerine-42."), VAULT, unreceipted=(PENDING,)),
+        5,
+        [g(4, "side_effects_receipted", False), g(5, "retries_left", True)],
+    ),
+    (
+        "answer-while-a-write-lacks-receipts-hands-off",
+        "drafting",
+        "answer",
+        v2(
+            FinalAnswer(text="The code is tangerine-42."),
+            VAULT,
+            unreceipted=(PENDING,),
+            meters=Meters(retries_used=2),
+        ),
+        6,
+        [
+            g(4, "side_effects_receipted", False),
+            g(5, "retries_left", False),
+            g(6, "not side_effects_receipted", True),
+        ],
+    ),
+    (
+        "grounded-answer-completes-under-rules-2",
+        "drafting",
+        "answer",
+        v2(FinalAnswer(text="The code is tangerine-42."), VAULT),
+        4,
+        [
+            g(4, "side_effects_receipted", True),
+            g(4, "answer_grounded", True),
+            g(4, "judge_agrees", True),
+        ],
+    ),
+    (
+        "goal-with-a-pending-write-waits",
+        "awaiting_receipts",
+        "collected",
+        snap(
+            state="awaiting_receipts",
+            tool=returned(OK, final="42"),
+            rules=2,
+            unreceipted=(PENDING,),
+        ),
+        19,
+        [g(18, "side_effects_receipted", False)],
     ),
     ("trigger-not-from-this-state", "drafting", "collected", snap(), None, []),
     ("unknown-trigger", "drafting", "no_such_trigger", snap(), None, []),
@@ -446,7 +531,7 @@ def test_check_budget_is_the_implicit_budget_transition(agent_loop: CompiledMach
         "tool_pending",
         "budget_exhausted",
     )
-    assert decision.guards == (g(20, "budget_tripped", True),)
+    assert decision.guards == (g(21, "budget_tripped", True),)
 
 
 def test_privileged_tool_refused_on_free_lane_ends_as_halt_path_refused(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import tempfile
 import threading
 from pathlib import Path
@@ -100,8 +101,16 @@ replies = st.builds(
 call_then_answer = st.tuples(
     st.just({"tool_call": {"name": "act", "args": {"q": "a"}}}), answers
 ).map(list)
+#: two different calls, then an answer: a write left without receipts, then another one
+two_calls_then_answer = st.tuples(
+    st.just({"tool_call": {"name": "act", "args": {"q": "a"}}}),
+    st.just({"tool_call": {"name": "act", "args": {"q": "b"}}}),
+    answers,
+).map(list)
 scripts = st.lists(
-    st.one_of(replies.map(lambda r: [r]), call_then_answer), min_size=1, max_size=6
+    st.one_of(replies.map(lambda r: [r]), call_then_answer, two_calls_then_answer),
+    min_size=1,
+    max_size=6,
 ).map(lambda chunks: [r for chunk in chunks for r in chunk])
 costs = st.sampled_from([0.0, 0.0, 0.0, 0.01, 0.1])
 
@@ -139,6 +148,8 @@ class Script:
     replies: list[Any]
     costs: list[float]
     results: list[tuple[Any, ...]]
+    #: `act` declared as a read (its receipts then decide nothing about side effects)
+    act_reads: bool = False
     model_calls: int = 0
     act_calls: int = 0
     forbidden_calls: int = 0
@@ -156,7 +167,7 @@ class Script:
     def tools(self) -> ToolRegistry:
         reg = ToolRegistry()
 
-        @reg.tool()
+        @reg.tool(side_effect=not self.act_reads)
         def act(q: str = "") -> ToolResult:
             with self.lock:
                 i = self.act_calls
@@ -211,6 +222,12 @@ def _check(record: HaltRecord, script: Script, limits: dict[str, Any], folder: P
     if record.halt_reason is HaltReason.COMPLETED:
         assert any(receipts_complete(c.receipts) for c in record.tool_calls)
         assert record.answer in script.evidence
+        assert record.unreceipted == ()
+        if not script.act_reads:
+            _every_write_receipted(record)
+        # every number the answer states came back from a receipted call
+        returned = " ".join(script.evidence)
+        assert set(re.findall(r"\d+", record.answer or "")) <= set(re.findall(r"\d+", returned))
     if record.halt_reason in CANNOT_METER:
         assert record.answer == f"cannot: {CANNOT_METER[record.halt_reason]} budget"
     if record.terminal_state == "handoff":
@@ -232,6 +249,19 @@ def _check(record: HaltRecord, script: Script, limits: dict[str, Any], folder: P
     assert report.recomputed_halt is record.halt_reason
 
 
+def _every_write_receipted(record: HaltRecord) -> None:
+    """A side-effecting call without complete receipts is followed by the same call (tool
+    and arguments) with them: the oracle, written apart from `fsm_agent.effects`."""
+    calls = record.tool_calls
+    for i, c in enumerate(calls):
+        if c.side_effect and not (c.status == "returned" and receipts_complete(c.receipts)):
+            assert any(
+                (d.name, d.args, d.status) == (c.name, c.args, "returned")
+                and receipts_complete(d.receipts)
+                for d in calls[i + 1 :]
+            ), (c, calls)
+
+
 @settings(
     max_examples=60,
     deadline=None,
@@ -243,6 +273,7 @@ def _check(record: HaltRecord, script: Script, limits: dict[str, Any], folder: P
     tool_results=st.lists(results, min_size=1, max_size=8),
     limits=budgets,
     thrash_limit=st.integers(0, 3),
+    act_reads=st.booleans(),
 )
 def test_any_run_halts_in_budget_for_one_reason_and_succeeds_only_on_receipts(
     model_replies: list[Any],
@@ -250,8 +281,11 @@ def test_any_run_halts_in_budget_for_one_reason_and_succeeds_only_on_receipts(
     tool_results: list[tuple[Any, ...]],
     limits: dict[str, Any],
     thrash_limit: int,
+    act_reads: bool,
 ) -> None:
-    script = Script(replies=model_replies, costs=model_costs, results=tool_results)
+    script = Script(
+        replies=model_replies, costs=model_costs, results=tool_results, act_reads=act_reads
+    )
     with tempfile.TemporaryDirectory(prefix="fsm-agent-prop-") as tmp:
         folder = Path(tmp)
         record = run(

@@ -14,8 +14,11 @@ import pytest
 
 from fsm_agent.errors import FsmAgentError, InvalidInputError, MachineSpecError
 from fsm_agent.guards import resolve_guard
-from fsm_agent.halt import TERMINAL_STATE, TERMINAL_STATES
+from fsm_agent.halt import TERMINAL_STATE, TERMINAL_STATES, HaltReason
+from fsm_agent.machine import CompiledMachine
 from fsm_agent.spec import BUDGET_TRIGGER, MachineSpec, load_machine, parse_machine
+
+ROOT = Path(__file__).resolve().parent.parent
 
 MACHINES = Path(str(importlib.resources.files("machines")))
 CANONICAL = MACHINES / "agent_loop.yaml"
@@ -627,14 +630,57 @@ def test_non_mapping_document_is_refused(machine_yaml: Callable[..., Path], text
 def test_negated_builtin_guard_resolves(minimal_machine_text: str) -> None:
     text = edit(minimal_machine_text, "[evidence_complete]", "[not evidence_complete]")
     spec = parse_machine(text, source="m.yaml")
-    assert spec.transitions[0].guards == ("not evidence_complete",)
+    # the edge halts completed: the loader puts the receipts rule first
+    assert spec.transitions[0].guards == ("side_effects_receipted", "not evidence_complete")
 
 
 def test_user_guard_by_dotted_reference_resolves(minimal_machine_text: str) -> None:
     ref = "tests.fixture_guards:always_true"
     text = edit(minimal_machine_text, "[evidence_complete]", f"['{ref}', 'not {ref}']")
     spec = parse_machine(text, source="m.yaml")
-    assert spec.transitions[0].guards == (ref, f"not {ref}")
+    assert spec.transitions[0].guards == ("side_effects_receipted", ref, f"not {ref}")
+
+
+@pytest.mark.parametrize(
+    "machine", ["agent_loop", str(ROOT / "examples" / "payments_retry" / "payments.yaml")]
+)
+def test_every_edge_that_halts_completed_carries_the_receipts_rule(machine: str) -> None:
+    spec = load_machine(machine)
+    completed = [t for t in spec.transitions if t.halt is HaltReason.COMPLETED]
+    assert completed
+    assert all(t.guards[0] == "side_effects_receipted" for t in completed)
+    others = [t for t in spec.transitions if t.halt is not HaltReason.COMPLETED]
+    assert all("side_effects_receipted" not in t.guards for t in others)
+
+
+def test_a_declared_receipts_rule_is_not_added_twice(minimal_machine_text: str) -> None:
+    text = edit(
+        minimal_machine_text, "[evidence_complete]", "[evidence_complete, side_effects_receipted]"
+    )
+    spec = parse_machine(text, source="m.yaml")
+    assert spec.transitions[0].guards == ("evidence_complete", "side_effects_receipted")
+
+
+def test_a_spec_built_by_hand_without_the_receipts_rule_is_refused(
+    minimal_machine_text: str,
+) -> None:
+    spec = parse_machine(minimal_machine_text, source="m.yaml")
+    bare = tuple(
+        attrs.evolve(t, guards=tuple(g for g in t.guards if g != "side_effects_receipted"))
+        for t in spec.transitions
+    )
+    with pytest.raises(MachineSpecError, match="without the guard 'side_effects_receipted'"):
+        CompiledMachine(attrs.evolve(spec, transitions=bare))
+
+
+def test_guard_refused_needs_a_user_guard_to_name(minimal_machine_text: str) -> None:
+    text = edit(
+        minimal_machine_text,
+        "dest: handoff, halt: schema_fail}",
+        "dest: handoff, halt: guard_refused}",
+    )
+    with pytest.raises(MachineSpecError, match="halt 'guard_refused' names the user guard"):
+        parse_machine(text, source="m.yaml")
 
 
 def test_user_action_resolves_and_may_fire_any_trigger(minimal_machine_text: str) -> None:

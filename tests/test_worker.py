@@ -125,7 +125,7 @@ def lab_tools() -> ToolRegistry:
     """A fresh registry with seed 001's `lookup` (a miss says "try again")."""
     reg = ToolRegistry()
 
-    @reg.tool()
+    @reg.tool(side_effect=False)
     def lookup(q: str = "") -> ToolResult:
         if q == "lab password":
             return ToolResult(

@@ -25,7 +25,7 @@ def _answer(q: str) -> ToolResult:
     return ToolResult(receipts=(Receipt(status=200, id=f"fact:{key}"),), observation={"fact": fact})
 
 
-@TOOLS.tool()
+@TOOLS.tool(side_effect=False)
 def lookup(q: str = "") -> ToolResult:
     """Look a fact up. A hit carries a receipt; a miss says to refine the query (a trap)."""
     delay_ms = int(os.environ.get("LOOKUP_SLEEP_MS", "0") or 0)
@@ -34,14 +34,14 @@ def lookup(q: str = "") -> ToolResult:
     return _answer(q)
 
 
-@TOOLS.tool()
+@TOOLS.tool(side_effect=False)
 def slow_lookup(q: str = "", sleep_ms: int = 3000) -> ToolResult:
     """`lookup` after sleeping `sleep_ms` milliseconds: it would succeed, but too late."""
     time.sleep(max(0, sleep_ms) / 1000)
     return _answer(q)
 
 
-@TOOLS.tool()
+@TOOLS.tool(side_effect=False)
 def hang(seconds: float = 30.0) -> ToolResult:
     """A tool that does not come back in time."""
     time.sleep(seconds)

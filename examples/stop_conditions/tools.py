@@ -20,7 +20,7 @@ INDEX: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
 )
 
 
-@TOOLS.tool()
+@TOOLS.tool(side_effect=False)
 def search(q: str = "") -> ToolResult:
     """Search the knowledge base; a hit carries a receipt and the final answer."""
     hit = INDEX.get(q.strip().lower())
