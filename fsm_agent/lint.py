@@ -84,8 +84,11 @@ _HOW: Final[Mapping[str, str]] = {
     " refuses a non-local lane for every control key, schema_repair_vote included, before the"
     " first step; a rejected reply is retried only on a declared, guarded edge, else schema_fail",
     "HP006": "lint HP006: an edge into done from a tool, receipts or user-action state with no"
-    " receipt guard. Runtime: receipts_complete needs a 2xx integer status and a non-empty id"
-    " (a 206 with an empty id is not success)",
+    " receipt guard. Runtime: every edge that halts completed carries side_effects_receipted"
+    " (the loader adds it to every declaration), so no side-effecting call without complete"
+    " receipts — a 2xx integer status and a non-empty id; a 206 with an empty id is not one —"
+    " lets a run end done; answer_grounded needs the values an answer states to have been"
+    " returned by receipted calls (a cited receipt id grounds nothing)",
     "HP007": _TRACES,
     "HP008": "impossible at runtime, not decidable statically (it is an operator's act):"
     " `fsm-agent freeze-routing` writes a flag to the store; every run reads it before each"
