@@ -270,8 +270,8 @@ def show(run_id: str, db: str, as_json: bool) -> None:
         if e.kind == "resumed":
             click.echo(f"{e.seq:>4}  {step:>5}  {e.note}")
             continue
-        if e.note and (e.kind == "operator" or e.halt is not None):
-            line += f"\n{'':>13}{e.note}"  # an operator's act, or why the runtime halted
+        if e.note:  # an operator's act, why the runtime halted, a refused or grounded answer
+            line += f"\n{'':>13}{e.note}"
         click.echo(line)
 
 

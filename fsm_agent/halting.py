@@ -41,13 +41,15 @@ class Halting(Journaling):
         guards: tuple[GuardResult, ...],
         facts: Facts | None,
         reason: HaltReason | None,
+        note: str | None = None,
     ) -> None:
         assert reason is not None  # noqa: S101 - the loader requires halt on terminal edges
         self.edge = transition
         with self.gate.shielded():
             event = self._event(
-                transition.trigger, transition.dest, snapshot, guards, (), facts, halt=reason
-            )
+                transition.trigger, transition.dest, snapshot, guards, (), facts, halt=reason,
+                note=note,
+            )  # fmt: skip
             note, record = None, None
             if self.trace_copy is not None:
                 assert self.head is not None  # noqa: S101 - halts come after the first event

@@ -63,6 +63,8 @@ class StepReport:
     reply: Any = None
     receipts: tuple[Receipt, ...] = ()
     detail: str | None = None
+    #: what the journal noted beside the transition (a refused or grounded answer, an act)
+    note: str | None = None
 
 
 @attrs.frozen
@@ -152,6 +154,7 @@ def _step_base(event: Event, snap: Snapshot) -> dict[str, Any]:
         "meters": snap.meters,
         "reply": facts.reply if facts is not None and facts.action == "model" else None,
         "receipts": tool.receipts if tool is not None else (),
+        "note": event.note,
     }
 
 

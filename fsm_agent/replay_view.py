@@ -42,6 +42,8 @@ def format_step(step: StepReport) -> str:
         lines.append(
             "    receipts: " + ", ".join(f"{r.status} {r.id or '(no id)'}" for r in step.receipts)
         )
+    if step.note and step.note not in (step.detail or ""):
+        lines.append(f"    note: {step.note}")
     if step.verdict not in ("match",) and step.detail:
         lines.append(f"    {step.detail}")
     return "\n".join(lines)

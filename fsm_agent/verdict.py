@@ -10,11 +10,12 @@ import json
 from typing import Any
 
 from fsm_agent.context import RunContext
-from fsm_agent.effects import pending_summary
+from fsm_agent.effects import pending_summary, receipt_problem
 from fsm_agent.grounding import ground
 from fsm_agent.halt import HANDOFF, HaltReason, cannot_answer, terminal_state
 from fsm_agent.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
-from fsm_agent.record import HaltRecord, HandoffPacket
+from fsm_agent.receipts import receipts_complete
+from fsm_agent.record import HaltRecord, HandoffPacket, ToolCallEntry
 from fsm_agent.spec import TransitionSpec
 
 
@@ -71,6 +72,17 @@ def grounded_by(ctx: RunContext) -> tuple[str, ...]:
     if ctx.tool is not None and ctx.tool.final:
         return (f"step {ctx.steps_used}: {ctx.tool.name}",)
     return ()
+
+
+def decision_note(ctx: RunContext, chosen: TransitionSpec) -> str | None:
+    """What the journal says beside a decision on success: which calls grounded a
+    completed run, or why a final answer was refused."""
+    if chosen.halt is HaltReason.COMPLETED:
+        calls = grounded_by(ctx)
+        return f"grounded by {', '.join(calls)}" if calls else None
+    if chosen.trigger == "answer" and isinstance(ctx.proposal, FinalAnswer):
+        return answer_refusal(ctx, ctx.proposal)
+    return None
 
 
 def user_guards(edge: TransitionSpec | None) -> tuple[str, ...]:
@@ -153,6 +165,14 @@ def answer_refusal(ctx: RunContext, answer: FinalAnswer) -> str:
     return "final answer refused: no value a receipted tool result returned backs it"
 
 
+def _receipt_note(call: ToolCallEntry) -> str:
+    """` (206 with an empty id)` for a side-effecting call that returned without complete
+    receipts; nothing for a read or a receipted call."""
+    if not call.side_effect or call.status != "returned" or receipts_complete(call.receipts):
+        return ""
+    return f" ({receipt_problem(call.receipts)})"
+
+
 def handoff_packet(
     ctx: RunContext, reason: HaltReason, why: str | None, edge: TransitionSpec | None = None
 ) -> HandoffPacket:
@@ -160,6 +180,7 @@ def handoff_packet(
     request's own, or else the last proposed tool call's), and where the run stopped."""
     tried = tuple(
         f"step {c.step}: {c.name}({json.dumps(c.args, sort_keys=True, default=repr)}) -> {c.status}"
+        + _receipt_note(c)
         for c in ctx.tool_calls
     )
     if ctx.calls_omitted:  # a long run's packet stays readable; the journal has every call

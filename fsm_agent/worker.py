@@ -42,6 +42,7 @@ from fsm_agent.resume import Resumption, load_resumable, restore_context
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, load_machine
 from fsm_agent.tools import ToolRegistry
+from fsm_agent.verdict import decision_note
 
 DEFAULT_DB = "fsm-agent.db"
 
@@ -336,11 +337,12 @@ class _Worker(Resumption, OperatorControls):
                 facts=facts,
             )
             return
+        note = decision_note(self.ctx, chosen)
         if chosen.retry:
             self.ctx.retries_used += 1
         dest = self.spec.state(chosen.dest)
         if dest.terminal:
-            self._halt_on(chosen, snap, decision.guards, facts, chosen.halt)
+            self._halt_on(chosen, snap, decision.guards, facts, chosen.halt, note)
             return
         after = attrs.evolve(
             snap, state=dest.name, outcome=None, next_action=dest.action, meters=self.ctx.meters
@@ -355,6 +357,7 @@ class _Worker(Resumption, OperatorControls):
                 check.guards,
                 facts,
                 retry=chosen.retry,
+                note=note,
             )
         )
         if check.transition is not None:

@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 
 from fsm_agent.cli import cli
 from fsm_agent.record import read_record
+from stores.sqlite import SqliteStore
 from tests.fixture_tickets import CLOSE_AFTER_ENV
 
 LOOKUP_T200 = {"tool_call": {"name": "lookup_ticket", "args": {"ticket": "T-200"}}}
@@ -49,6 +50,10 @@ def test_a_206_write_followed_by_done_is_not_completed(tmp_path: Path) -> None:
     assert record.unreceipted == (PENDING_CLOSE,)
     assert record.handoff is not None
     assert PENDING_CLOSE in record.handoff.why
+    assert record.handoff.tried == (
+        'step 1: lookup_ticket({"ticket": "T-200"}) -> returned',
+        'step 2: close_ticket({"ticket": "T-200"}) -> returned (206 with an empty id)',
+    )
     assert record.handoff.frozen_args == {"tool": "close_ticket", "args": {"ticket": "T-200"}}
     assert record.meters.retries_used == 2  # the refused answers were retried first
     rid = run_id(result)
@@ -201,11 +206,20 @@ def test_citing_a_receipt_does_not_ground_an_invented_value(tmp_path: Path) -> N
     assert record.error == (
         "final answer refused: it states '99999', which no receipted tool result returned"
     )
+    shown = invoke("show", run_id(result), "--db", str(tmp_path / "j.db")).output
+    assert "final answer refused: it states '99999'" in shown  # journaled beside the decision
     honest = {"answer": "The vault code is tangerine-42 (source: doc:vault-7)"}
-    fsm_run(tmp_path, [VAULT, honest])
+    result = fsm_run(tmp_path, [VAULT, honest])
     record = read_record(tmp_path / "r.json")
     assert record.halt_reason == "completed"
     assert record.grounded_by == ("step 1: lookup",)
+    db = str(tmp_path / "j.db")
+    store = SqliteStore(db)
+    try:
+        assert store.events(run_id(result))[-1].note == "grounded by step 1: lookup"
+    finally:
+        store.close()
+    assert "grounded by step 1: lookup" in invoke("replay", run_id(result), "--db", db).output
 
 
 def test_a_handoff_request_without_args_freezes_the_last_proposed_call(tmp_path: Path) -> None:
