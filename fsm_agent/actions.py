@@ -224,7 +224,9 @@ def _record_call(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
     ctx.tool = outcome
     ctx.add_cost(outcome.cost)
     ctx.count_call(call_entry(ctx.steps_used, outcome))
-    ctx.unreceipted = settle(ctx.unreceipted, ctx.steps_used, outcome)
+    ctx.unreceipted, ctx.unreceipted_omitted = settle(
+        ctx.unreceipted, ctx.unreceipted_omitted, ctx.steps_used, outcome
+    )
     return outcome
 
 

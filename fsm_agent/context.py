@@ -53,6 +53,7 @@ class RunContext:
     #: the success rules the run is decided under (a resumed run keeps its own)
     rules: int = SUCCESS_RULES
     unreceipted: tuple[PendingEffect, ...] = ()
+    unreceipted_omitted: int = 0
     receipted: tuple[Receipted, ...] = ()
     #: the last tool call the model proposed (made or refused): a handoff freezes its args
     last_tool_call: ToolCall | None = None
@@ -87,6 +88,7 @@ class RunContext:
             evidence=self.evidence,
             rules=self.rules,
             unreceipted=self.unreceipted,
+            unreceipted_omitted=self.unreceipted_omitted,
             receipted=self.receipted,
             allowlist=self.allowlist,
             privileged=self.privileged,

@@ -16,6 +16,9 @@ from fsm_agent.snapshot import PendingEffect, ToolOutcome
 
 #: The guard the loader adds to every transition that halts `completed`.
 RECEIPTS_GUARD = "side_effects_receipted"
+#: Pending calls a snapshot names; older ones are only counted (and can no longer be
+#: settled: fail closed), so a long run's snapshots stay bounded.
+MAX_PENDING = 100
 
 
 def receipt_problem(receipts: tuple[Receipt, ...]) -> str:
@@ -46,20 +49,35 @@ def _why(outcome: ToolOutcome) -> str | None:
 
 
 def settle(
-    pending: tuple[PendingEffect, ...], step: int, outcome: ToolOutcome
-) -> tuple[PendingEffect, ...]:
-    """The run's pending side effects after one more call: a read changes nothing; a
-    side-effecting call with complete receipts settles every pending call of the same tool
-    with the same arguments; one without them becomes (or stays) pending."""
+    pending: tuple[PendingEffect, ...], omitted: int, step: int, outcome: ToolOutcome
+) -> tuple[tuple[PendingEffect, ...], int]:
+    """The run's pending side effects (named, and older ones only counted) after one more
+    call: a read changes nothing; a side-effecting call with complete receipts settles every
+    named pending call of the same tool with the same arguments; one without them becomes
+    (or stays) pending."""
     if not outcome.side_effect:
-        return pending
+        return pending, omitted
     kept = tuple(p for p in pending if not (p.name == outcome.name and p.args == outcome.args))
     why = _why(outcome)
-    if why is None:
-        return kept
-    return (*kept, PendingEffect(step=step, name=outcome.name, args=dict(outcome.args), why=why))
+    if why is not None:
+        kept = (
+            *kept,
+            PendingEffect(step=step, name=outcome.name, args=dict(outcome.args), why=why),
+        )
+    over = max(0, len(kept) - MAX_PENDING)
+    return kept[over:], omitted + over
 
 
-def pending_summary(pending: tuple[PendingEffect, ...]) -> str:
-    """One line naming every pending call, for a halt's why."""
-    return "; ".join(p.describe() for p in pending)
+def pending_lines(pending: tuple[PendingEffect, ...], omitted: int) -> tuple[str, ...]:
+    """Every pending call as the record lists it, the count of older ones first."""
+    lines = tuple(p.describe() for p in pending)
+    if omitted:
+        lines = (f"({omitted} earlier calls without complete receipts: see the journal)", *lines)
+    return lines
+
+
+def pending_summary(pending: tuple[PendingEffect, ...], omitted: int = 0, shown: int = 3) -> str:
+    """One line naming the last pending calls, for a halt's why."""
+    more = omitted + max(0, len(pending) - shown)
+    text = "; ".join(p.describe() for p in pending[-shown:])
+    return f"{text}; and {more} more (see the record)" if more else text

@@ -82,7 +82,7 @@ def answer_grounded(s: Snapshot) -> bool:
 def side_effects_receipted(s: Snapshot) -> bool:
     """No side-effecting call of this run lacks complete receipts (on every edge that halts
     `completed`, added by the loader)."""
-    return not s.unreceipted
+    return not s.unreceipted and not s.unreceipted_omitted
 
 
 def thrashing(s: Snapshot) -> bool:

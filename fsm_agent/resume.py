@@ -180,6 +180,7 @@ def restore_context(
         evidence=snap.evidence,
         rules=snap.rules,
         unreceipted=snap.unreceipted,
+        unreceipted_omitted=snap.unreceipted_omitted,
         receipted=snap.receipted,
         repeats=snap.repeats,
         repair=snap.repair,

@@ -100,6 +100,8 @@ class Snapshot:
     rules: int = 1
     #: side-effecting calls of this run without complete receipts (rules 2)
     unreceipted: tuple[PendingEffect, ...] = ()
+    #: pending calls older than the last MAX_PENDING, only counted (they stay pending)
+    unreceipted_omitted: int = 0
     #: receipted tool calls and what they returned, for grounding an answer (rules 2)
     receipted: tuple[Receipted, ...] = ()
     allowlist: tuple[str, ...] = ()

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from fsm_agent.context import RunContext
-from fsm_agent.effects import pending_summary, receipt_problem
+from fsm_agent.effects import pending_lines, pending_summary, receipt_problem
 from fsm_agent.grounding import ground
 from fsm_agent.halt import HANDOFF, HaltReason, cannot_answer, terminal_state
 from fsm_agent.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
@@ -59,7 +59,7 @@ def build_record(
         signal=signum,
         journal_head=journal_head,
         grounded_by=grounded_by(ctx) if reason is HaltReason.COMPLETED else (),
-        unreceipted=tuple(p.describe() for p in ctx.unreceipted),
+        unreceipted=pending_lines(ctx.unreceipted, ctx.unreceipted_omitted),
         success_rules=ctx.rules,
     )
 
@@ -102,9 +102,17 @@ def answer(ctx: RunContext, reason: HaltReason) -> str | None:
 def explain(ctx: RunContext, reason: HaltReason, edge: TransitionSpec | None = None) -> str | None:
     """One line saying why, from the recorded facts (and the edge that halted the run)."""
     why = _why(ctx, reason, edge)
-    if why is not None and ctx.unreceipted and reason is not HaltReason.SIDE_EFFECT_UNKNOWN:
-        why += f"; without complete receipts: {pending_summary(ctx.unreceipted)}"
+    pending = _pending(ctx)
+    if why is not None and pending and reason is not HaltReason.SIDE_EFFECT_UNKNOWN:
+        why += f"; without complete receipts: {pending}"
     return why
+
+
+def _pending(ctx: RunContext) -> str | None:
+    """The run's side-effecting calls without complete receipts, in one line (None: none)."""
+    if not ctx.unreceipted and not ctx.unreceipted_omitted:
+        return None
+    return pending_summary(ctx.unreceipted, ctx.unreceipted_omitted)
 
 
 def _why(ctx: RunContext, reason: HaltReason, edge: TransitionSpec | None) -> str | None:
@@ -115,9 +123,10 @@ def _why(ctx: RunContext, reason: HaltReason, edge: TransitionSpec | None) -> st
             f"stopped by guard {', '.join(guards)} in state {edge.source!r} on trigger"
             f" {edge.trigger!r}"
         )
-    if reason is HaltReason.SIDE_EFFECT_UNKNOWN and ctx.unreceipted:
+    pending = _pending(ctx)
+    if reason is HaltReason.SIDE_EFFECT_UNKNOWN and pending:
         return (
-            f"no success without receipts: {pending_summary(ctx.unreceipted)}; the side"
+            f"no success without receipts: {pending}; the side"
             " effect is not known to have happened: check it by hand"
         )
     if reason in (HaltReason.SCHEMA_FAIL, HaltReason.EMPTY_RESPONSE):
@@ -149,10 +158,9 @@ def _why(ctx: RunContext, reason: HaltReason, edge: TransitionSpec | None) -> st
 
 def answer_refusal(ctx: RunContext, answer: FinalAnswer) -> str:
     """Why a final answer did not complete the run."""
-    if ctx.unreceipted:
-        return (
-            f"final answer refused: without complete receipts: {pending_summary(ctx.unreceipted)}"
-        )
+    pending = _pending(ctx)
+    if pending:
+        return f"final answer refused: without complete receipts: {pending}"
     if ctx.rules < 2:
         return "final answer refused: no receipted tool result backs it"
     verdict = ground(answer.text, ctx.receipted)

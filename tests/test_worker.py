@@ -1342,7 +1342,10 @@ def test_a_long_runs_handoff_packet_lists_the_last_calls_and_counts_the_rest(
     tried = record.handoff.tried
     assert tried[0] == "(5 earlier calls omitted: see the journal)"
     assert len(tried) == RECORD_TOOL_CALLS + 1
-    assert tried[-1] == f'step {steps}: ping({{"n": {steps - 1}}}) -> returned'
+    assert tried[-1] == f'step {steps}: ping({{"n": {steps - 1}}}) -> returned (no receipts)'
+    # the pending writes are bounded too: the last 100 named, the rest counted
+    assert len(record.unreceipted) == 101
+    assert record.unreceipted[0] == "(5 earlier calls without complete receipts: see the journal)"
 
 
 def test_an_inline_tool_past_its_time_cap_is_refused_not_unknown(
