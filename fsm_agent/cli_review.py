@@ -189,7 +189,7 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
         if run.machine_sha256 != spec.sha256:
             # Draw what actually ran: the declaration recorded with the run.
             spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
-        path = run_path(run.run_id, events)
+        path = run_path(spec, run.run_id, events)
     text = export_diagram(spec, fmt, path)
     if output is None:
         click.echo(text, nl=False)

@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import attrs
 
+from fsm_agent.edges import taken_transition
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.halt import TERMINAL_STATE, HaltReason
 from fsm_agent.journal import Event
@@ -28,7 +29,6 @@ from fsm_agent.spec import MachineSpec, TransitionSpec
 
 DiagramFormat = Literal["mermaid", "dot", "svg"]
 FORMATS: tuple[DiagramFormat, ...] = ("mermaid", "dot", "svg")
-EdgeKey = tuple[str, str, str]  # (source, dest, trigger)
 
 
 class GraphvizMissing(FsmAgentError):
@@ -46,28 +46,31 @@ class RunPath:
     """What one run did on its machine."""
 
     run_id: str
-    #: steps (model calls so far) at which each edge was taken, in order
-    edges: dict[EdgeKey, tuple[int, ...]]
+    #: declared transition (by index) -> the steps (model calls so far) it was taken at
+    edges: dict[int, tuple[int, ...]]
     visited: frozenset[str]
     halt_state: str | None
     halt_reason: HaltReason | None
+    #: the budgets the run was started with (frozen; the title shows them, not the defaults)
+    budgets: dict[str, int | float] | None = None
 
 
-def run_path(run_id: str, events: Sequence[Event]) -> RunPath:
-    """The path a journaled run took."""
-    edges: dict[EdgeKey, list[int]] = {}
+def run_path(spec: MachineSpec, run_id: str, events: Sequence[Event]) -> RunPath:
+    """The path a journaled run took on `spec` (the declaration it ran): each declared
+    transition it took, by identity — never a parallel edge it did not take."""
+    edges: dict[int, list[int]] = {}
     visited: set[str] = set()
     halt_state, halt_reason = None, None
     for e in events:
         visited.add(e.dest)
-        if e.source is None:
-            continue
-        key = (e.source, e.dest, e.trigger or "")
-        edges.setdefault(key, []).append(e.snapshot.meters.steps_used)
+        taken = taken_transition(spec, e)
+        if taken is not None:
+            edges.setdefault(taken.index, []).append(e.snapshot.meters.steps_used)
         if e.halt is not None:
             halt_state, halt_reason = e.dest, e.halt
+    budgets = attrs.asdict(events[0].snapshot.budgets) if events else None
     return RunPath(run_id, {k: tuple(v) for k, v in edges.items()}, frozenset(visited),
-                   halt_state, halt_reason)  # fmt: skip
+                   halt_state, halt_reason, budgets)  # fmt: skip
 
 
 def _steps(steps: tuple[int, ...]) -> str:
@@ -99,13 +102,17 @@ def _reasons(state: str) -> list[str]:
     return [r.value for r, s in TERMINAL_STATE.items() if s == state]
 
 
-def _budget_note(spec: MachineSpec) -> str:
-    return ", ".join(f"{k} {v}" for k, v in spec.budgets.items())
+def _budget_note(budgets: Mapping[str, int | float]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in budgets.items())
 
 
 def _title(spec: MachineSpec, path: RunPath | None, sep: str) -> str:
-    """The machine, its default budgets and, for a run, its id and halt: one line a part."""
-    parts = [spec.name, f"budgets: {_budget_note(spec)}"]
+    """The machine, its budgets (a run's frozen ones, else the declared defaults) and, for a
+    run, its id and halt: one line a part."""
+    if path is not None and path.budgets is not None:
+        parts = [spec.name, f"run budgets: {_budget_note(path.budgets)}"]
+    else:
+        parts = [spec.name, f"budgets: {_budget_note(spec.budgets)}"]
     if path is not None:
         halt = f": halt {path.halt_reason.value}" if path.halt_reason is not None else ""
         parts.append(f"run {path.run_id}{halt}")
@@ -115,7 +122,7 @@ def _title(spec: MachineSpec, path: RunPath | None, sep: str) -> str:
 def _taken(path: RunPath | None, t: TransitionSpec) -> tuple[int, ...] | None:
     if path is None:
         return None
-    return path.edges.get((t.source, t.dest, t.trigger))
+    return path.edges.get(t.index)
 
 
 def to_mermaid(spec: MachineSpec, path: RunPath | None = None) -> str:

@@ -205,7 +205,7 @@ def _halt_section(run: RunRow) -> str:
 
 
 def _diagram_section(spec: MachineSpec, run: RunRow, events: Sequence[Event]) -> str:
-    svg = safe_svg(to_svg(spec, run_path(run.run_id, events)))
+    svg = safe_svg(to_svg(spec, run_path(spec, run.run_id, events)))
     svg = _PT.sub(r'\1="\2"', svg, count=2)  # reading size: Graphviz's points as pixels (75%)
     caption = (
         "Blue: states visited and edges taken (with the steps they were taken at); red: "

@@ -181,7 +181,7 @@ def test_mermaid_renders_a_machine(mermaid_page: Page, machine: str) -> None:
 def test_mermaid_renders_a_highlighted_run(mermaid_page: Page, tmp_path: Path) -> None:
     row, events = hostile_run(tmp_path)
     spec = parse_machine(row.machine_text, source="journal")
-    result = render(mermaid_page, to_mermaid(spec, run_path(row.run_id, events)))
+    result = render(mermaid_page, to_mermaid(spec, run_path(spec, row.run_id, events)))
     assert "error" not in result, result
     assert "halted" in result["svg"]
     assert "taken (step 3)" in result["svg"]

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -14,7 +15,7 @@ import fsm_agent.diagram as diagram
 from fsm_agent import ScriptedModel, load_tools, run
 from fsm_agent.cli import cli
 from fsm_agent.diagram import GraphvizMissing, export_diagram, run_path, to_dot, to_mermaid
-from fsm_agent.spec import load_machine, parse_machine
+from fsm_agent.spec import MachineSpec, load_machine, parse_machine
 from stores.sqlite import SqliteStore
 
 MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
@@ -73,14 +74,15 @@ def test_dot_is_accepted_by_graphviz_and_svg_is_well_formed(machine: str) -> Non
 
 def test_a_run_path_is_highlighted_with_steps_counts_and_the_halt(tmp_path: Path) -> None:
     run_id, db = looping_run(tmp_path)
+    spec = load_machine("agent_loop")
     store = SqliteStore(db)
     try:
-        path = run_path(run_id, store.events(run_id))
+        path = run_path(spec, run_id, store.events(run_id))
     finally:
         store.close()
     assert path.halt_state == "budget_exhausted"
-    assert path.edges[("drafting", "tool_pending", "tool_call")] == tuple(range(1, 9))
-    spec = load_machine("agent_loop")
+    tool_call = _edge(spec, "drafting", "tool_pending", "tool_call")
+    assert path.edges[tool_call.index] == tuple(range(1, 9))
     mermaid = to_mermaid(spec, path)
     assert "drafting --> tool_pending: tool_call · taken x8 (steps 1-8)" in mermaid
     assert "class budget_exhausted halted" in mermaid
@@ -88,6 +90,69 @@ def test_a_run_path_is_highlighted_with_steps_counts_and_the_halt(tmp_path: Path
     dot = to_dot(spec, path)
     assert 'label="budget_exhausted\\nhalt: max_steps"' in dot
     assert dot.count("penwidth=2.5") == 4  # the four edges the run took
+
+
+def _edge(spec: MachineSpec, source: str, dest: str, trigger: str, halt: str | None = None) -> Any:
+    return next(
+        t
+        for t in spec.transitions
+        if (t.source, t.dest, t.trigger) == (source, dest, trigger)
+        and (halt is None or t.halt == halt)
+    )
+
+
+def _taken_labels(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if "taken" in line and "-->" in line]
+
+
+@pytest.mark.parametrize(
+    ("replies", "halt", "edge"),
+    [
+        # three edges from drafting into handoff on `rejected`: only schema_fail was taken
+        (["prose", "more prose", "still prose"], "schema_fail", ("rejected", ())),
+        # two edges into handoff on `tool_call`: only tool_refused was taken
+        (
+            [{"tool_call": {"name": "ghost", "args": {}}}],
+            "tool_refused",
+            ("tool_call", ("not tool_allowed",)),
+        ),
+    ],
+)
+def test_only_the_parallel_edge_the_run_took_is_marked(
+    tmp_path: Path, replies: list[Any], halt: str, edge: tuple[str, tuple[str, ...]]
+) -> None:
+    record = run(
+        "agent_loop",
+        task="t",
+        model=ScriptedModel(replies),
+        tools=load_tools("examples.halt_lab.tools"),
+        store=tmp_path / "j.db",
+        record_path=tmp_path / "r.json",
+    )
+    assert record.halt_reason == halt
+    spec = load_machine("agent_loop")
+    store = SqliteStore(tmp_path / "j.db")
+    try:
+        path = run_path(spec, record.run_id, store.events(record.run_id))
+    finally:
+        store.close()
+    taken = next(
+        t
+        for t in spec.transitions
+        if (t.source, t.trigger, t.dest, t.guards) == ("drafting", edge[0], "handoff", edge[1])
+    )
+    into_handoff = {t.index for t in spec.transitions if t.dest == "handoff"}
+    assert set(path.edges) & into_handoff == {taken.index}
+    marked = [line for line in _taken_labels(to_mermaid(spec, path)) if "--> handoff" in line]
+    assert len(marked) == 1
+    assert f"/ {halt}" in marked[0]
+    dot_marked = [
+        line
+        for line in to_dot(spec, path).splitlines()
+        if "penwidth=2.5" in line and '-> "handoff"' in line
+    ]
+    assert len(dot_marked) == 1
+    assert f"/ {halt}" in dot_marked[0]
 
 
 @needs_dot
