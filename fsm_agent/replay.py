@@ -14,57 +14,22 @@ alternative history leaves the recorded path, replay says so instead of inventin
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
-from fsm_agent.budgets import Meters, make_budgets, tripped_meter
+from fsm_agent.budgets import make_budgets
 from fsm_agent.errors import InvalidInputError
-from fsm_agent.halt import IMPOSED, HaltReason
-from fsm_agent.journal import Event, GuardResult, RunRow
-from fsm_agent.lanes import CONTROL_KEYS, halt_lane_refusal
-from fsm_agent.machine import CompiledMachine, Decision, compile_machine
-from fsm_agent.proposals import Proposal, Rejection, parse_reply
-from fsm_agent.receipts import Receipt
-from fsm_agent.snapshot import SUCCESS_RULES, Snapshot
+from fsm_agent.halt import HaltReason
+from fsm_agent.journal import Event, RunRow
+from fsm_agent.machine import compile_machine
+from fsm_agent.redecide import GuardCheck, Replayer, StepReport, Verdict, redecide
+from fsm_agent.snapshot import SUCCESS_RULES
 from fsm_agent.spec import MachineSpec, parse_machine
 
-Verdict = Literal["match", "diverged", "external", "halted_earlier", "needs_facts"]
-
-
-@attrs.frozen
-class GuardCheck:
-    """One guard of one candidate transition: recorded vs recomputed (None: not evaluated)."""
-
-    transition: int
-    guard: str
-    recorded: bool | None
-    recomputed: bool | None
-
-
-@attrs.frozen
-class StepReport:
-    """One journaled transition, re-decided."""
-
-    seq: int
-    step: int
-    max_steps: int
-    source: str | None
-    dest: str
-    trigger: str | None
-    verdict: Verdict
-    recorded_halt: HaltReason | None = None
-    recomputed_dest: str | None = None
-    recomputed_halt: HaltReason | None = None
-    guards: tuple[GuardCheck, ...] = ()
-    meters: Meters | None = None
-    reply: Any = None
-    receipts: tuple[Receipt, ...] = ()
-    detail: str | None = None
-    #: what the journal noted beside the transition (a refused or grounded answer, an act)
-    note: str | None = None
+__all__ = ["GuardCheck", "ReplayReport", "StepReport", "Verdict", "load_run", "replay_events"]
 
 
 @attrs.frozen
@@ -82,208 +47,6 @@ class ReplayReport:
     summary: str
     #: the success rules the run was recorded, and so re-decided, under (see SUCCESS_RULES)
     rules: int = SUCCESS_RULES
-
-
-def _guard_checks(
-    recorded: Iterable[GuardResult], recomputed: Iterable[GuardResult]
-) -> tuple[GuardCheck, ...]:
-    rec = {(g.transition, g.guard): g.result for g in recorded}
-    now = {(g.transition, g.guard): g.result for g in recomputed}
-    keys = list(dict.fromkeys([*rec, *now]))
-    return tuple(GuardCheck(t, name, rec.get((t, name)), now.get((t, name))) for t, name in keys)
-
-
-def _same_proposal(a: Proposal | None, b: Proposal | None) -> bool:
-    """Equal proposals; a rejection's wording may change between versions, its kind may not."""
-    if isinstance(a, Rejection) and isinstance(b, Rejection):
-        return a.kind == b.kind
-    return a == b
-
-
-class _Replayer:
-    def __init__(self, compiled: CompiledMachine, overrides: Mapping[str, Any]) -> None:
-        self.compiled = compiled
-        self.spec = compiled.spec
-        #: counterfactual snapshot fields (budgets, thrash limit, allow-list); empty as recorded
-        self.overrides = overrides
-
-    def snapshot(self, event: Event) -> Snapshot:
-        snap = event.snapshot
-        if not self.overrides:
-            return snap
-        changes = dict(self.overrides)
-        if "allowlist" in changes:  # only tools the run could call: the recorded allow-list
-            changes["allowlist"] = tuple(n for n in changes["allowlist"] if n in snap.allowlist)
-        return attrs.evolve(snap, **changes)
-
-    def action(self, state: str) -> str | None:
-        return self.spec.state(state).action
-
-    def after(self, snap: Snapshot, dest: str, retry: bool) -> Snapshot:
-        meters = snap.meters
-        if retry:
-            meters = attrs.evolve(meters, retries_used=meters.retries_used + 1)
-        return attrs.evolve(
-            snap, state=dest, outcome=None, next_action=self.action(dest), meters=meters
-        )
-
-    def reparse(self, event: Event, snap: Snapshot) -> str | None:
-        """Parse the recorded reply again; a different proposal is a divergence."""
-        facts = event.facts
-        if facts is None or facts.action != "model" or facts.error is not None:
-            return None
-        reply = facts.repaired if event.snapshot.repair == "repaired" else facts.reply
-        again = parse_reply(reply, step=snap.meters.steps_used, max_steps=snap.budgets.max_steps)
-        if not _same_proposal(again, event.snapshot.proposal):
-            recorded = event.snapshot.proposal
-            return f"the reply parses differently now: recorded {recorded!r}, now {again!r}"
-        return None
-
-
-def _step_base(event: Event, snap: Snapshot) -> dict[str, Any]:
-    facts = event.facts
-    tool = facts.tool if facts is not None else None
-    return {
-        "seq": event.seq,
-        "step": snap.meters.steps_used,
-        "max_steps": snap.budgets.max_steps,
-        "source": event.source,
-        "dest": event.dest,
-        "trigger": event.trigger,
-        "recorded_halt": event.halt,
-        "meters": snap.meters,
-        "reply": facts.reply if facts is not None and facts.action == "model" else None,
-        "receipts": tool.receipts if tool is not None else (),
-        "note": event.note,
-    }
-
-
-def _judge(
-    event: Event,
-    snap: Snapshot,
-    decision: Decision,
-    check: tuple[Decision, HaltReason | None] | None,
-    expected_halt: HaltReason | None,
-) -> StepReport:
-    """Compare one recomputed decision, and the budget check on entering its dest (with the
-    reason it would trip), with what the journal recorded."""
-    base = _step_base(event, snap)
-    chosen = decision.transition
-    guards = _guard_checks(event.guards, decision.guards)
-    if chosen is None:
-        return StepReport(
-            **base,
-            verdict="needs_facts" if event.halt else "diverged",
-            guards=guards,
-            detail=f"no transition on {event.trigger!r} passes its guards now",
-        )
-    halt = expected_halt if chosen.halt is None else chosen.halt
-    if chosen.dest != event.dest or halt != event.halt or chosen.retry != event.retry:
-        verdict: Verdict = "diverged"
-        if halt is not None and event.halt is None:
-            verdict = "halted_earlier"
-        elif halt is None and event.halt is not None:
-            verdict = "needs_facts"
-        return StepReport(
-            **base,
-            verdict=verdict,
-            guards=guards,
-            recomputed_dest=chosen.dest,
-            recomputed_halt=halt,
-            detail=f"now goes to {chosen.dest!r}"
-            + (f" halting {halt.value!r}" if halt else "")
-            + f"; recorded {event.dest!r}"
-            + (f" halting {event.halt.value!r}" if event.halt else ""),
-        )
-    if any(g.recorded != g.recomputed for g in guards):
-        return StepReport(
-            **base,
-            verdict="diverged",
-            guards=guards,
-            recomputed_dest=chosen.dest,
-            recomputed_halt=halt,
-            detail="guard results differ",
-        )
-    if check is not None and check[0].guards != event.check:
-        tripped = check[0].transition
-        fired = tripped is not None
-        return StepReport(
-            **base,
-            verdict="halted_earlier" if fired else "needs_facts",
-            guards=guards + _guard_checks(event.check, check[0].guards),
-            recomputed_dest=tripped.dest if tripped is not None else chosen.dest,
-            recomputed_halt=check[1] if fired else None,
-            detail=f"the budget check on entering {chosen.dest!r} now "
-            + (f"trips ({check[1]})" if fired else "passes")
-            + " (recorded the opposite)",
-        )
-    return StepReport(
-        **base, verdict="match", guards=guards, recomputed_dest=chosen.dest, recomputed_halt=halt
-    )
-
-
-def _replay_event(r: _Replayer, event: Event) -> StepReport:
-    snap = r.snapshot(event)
-    meter = tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
-    if event.kind == "started":
-        first = r.compiled.check_budget(event.dest, snap)
-        verdict: Verdict = "match" if first.guards == event.check else "diverged"
-        return StepReport(
-            **_step_base(event, snap),
-            verdict=verdict,
-            guards=_guard_checks(event.check, first.guards),
-            detail=None if verdict == "match" else "the start-of-run budget check differs",
-        )
-    if event.kind in ("operator", "resumed"):  # a person's act, a take-over: recorded facts
-        return StepReport(**_step_base(event, snap), verdict="external", detail=event.note)
-    assert event.source is not None  # noqa: S101 - only the started event has no source
-    imposed = event.halt in IMPOSED and not r.spec.candidates(event.source, event.trigger or "")
-    if imposed:  # a signal, an error, a routing freeze: facts, not decisions to re-make
-        return StepReport(
-            **_step_base(event, snap),
-            verdict="external",
-            recomputed_halt=event.halt,
-            detail=f"imposed from outside the machine: {event.note}",
-        )
-    if event.halt is HaltReason.HALT_PATH_REFUSED and event.trigger == "refused":
-        refused = any(halt_lane_refusal(snap.control, k, snap.halt_lane) for k in CONTROL_KEYS)
-        return StepReport(
-            **_step_base(event, snap),
-            verdict="match" if refused else "diverged",
-            recomputed_halt=HaltReason.HALT_PATH_REFUSED if refused else None,
-            detail=None if refused else "the halt lane is accepted now",
-        )
-    if event.trigger == "budget":
-        return _judge(event, snap, r.compiled.check_budget(event.source, snap), None, meter)
-    budget = r.compiled.check_budget(event.source, snap)  # after the action: time and money
-    if budget.transition is not None:
-        return StepReport(
-            **_step_base(event, snap),
-            verdict="halted_earlier",
-            recomputed_dest=budget.transition.dest,
-            recomputed_halt=meter,
-            guards=_guard_checks((), budget.guards),
-            detail=f"the {meter.value if meter else 'budget'} meter trips first",
-        )
-    if (mismatch := r.reparse(event, snap)) is not None:
-        return StepReport(**_step_base(event, snap), verdict="diverged", detail=mismatch)
-    decision = r.compiled.decide(event.source, event.trigger or "", snap)
-    if event.halt is HaltReason.NO_TRANSITION:
-        ok = decision.transition is None
-        return StepReport(
-            **_step_base(event, snap),
-            verdict="match" if ok else "diverged",
-            guards=_guard_checks(event.guards, decision.guards),
-            recomputed_halt=HaltReason.NO_TRANSITION if ok else None,
-            detail=None if ok else "a transition passes its guards now",
-        )
-    chosen = decision.transition
-    check: tuple[Decision, HaltReason | None] | None = None
-    if chosen is not None and not r.spec.state(chosen.dest).terminal:
-        after = r.after(snap, chosen.dest, chosen.retry)
-        reason = tripped_meter(after.budgets, after.meters, next_action=after.next_action)
-        check = (r.compiled.check_budget(chosen.dest, after), reason)
-    return _judge(event, snap, decision, check, None)
 
 
 def replay_events(
@@ -306,11 +69,12 @@ def replay_events(
         overrides["thrash_limit"] = machine.thrash_limit
         if machine.tools is not None:
             overrides["allowlist"] = machine.tools
-    counterfactual = bool(overrides) or machine is not None
-    r = _Replayer(compile_machine(spec), overrides)
+    recorded = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
+    r = Replayer(compile_machine(spec), overrides, recorded)
+    counterfactual = r.counterfactual or machine is not None
     steps: list[StepReport] = []
     for event in events:
-        report = _replay_event(r, event)
+        report = redecide(r, event)
         if not counterfactual and report.verdict in ("halted_earlier", "needs_facts"):
             report = attrs.evolve(report, verdict="diverged")  # as recorded, any change is one
         steps.append(report)

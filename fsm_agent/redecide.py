@@ -1,0 +1,323 @@
+"""Re-deciding one journaled event: the reply parsed again, every guard evaluated again on
+the journaled snapshot, the budget checks run again, and the result compared with what the
+journal recorded — matched by transition identity (`fsm_agent.edges`), so a counterfactual
+declaration may add, remove or reorder edges. `fsm_agent.replay` walks a run with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import attrs
+
+from fsm_agent.budgets import Meters, tripped_meter
+from fsm_agent.edges import EdgeId, edge_ids, keyed
+from fsm_agent.halt import IMPOSED, HaltReason
+from fsm_agent.journal import Event, GuardResult
+from fsm_agent.lanes import CONTROL_KEYS, halt_lane_refusal
+from fsm_agent.machine import CompiledMachine, Decision
+from fsm_agent.proposals import Proposal, Rejection, parse_reply
+from fsm_agent.receipts import Receipt
+from fsm_agent.snapshot import Snapshot
+from fsm_agent.spec import MachineSpec
+
+Verdict = Literal["match", "diverged", "external", "halted_earlier", "needs_facts"]
+
+
+@attrs.frozen
+class GuardCheck:
+    """One guard of one candidate transition: recorded vs recomputed (None: not evaluated)."""
+
+    transition: int
+    guard: str
+    recorded: bool | None
+    recomputed: bool | None
+
+
+@attrs.frozen
+class StepReport:
+    """One journaled transition, re-decided."""
+
+    seq: int
+    step: int
+    max_steps: int
+    source: str | None
+    dest: str
+    trigger: str | None
+    verdict: Verdict
+    recorded_halt: HaltReason | None = None
+    recomputed_dest: str | None = None
+    recomputed_halt: HaltReason | None = None
+    guards: tuple[GuardCheck, ...] = ()
+    meters: Meters | None = None
+    reply: Any = None
+    receipts: tuple[Receipt, ...] = ()
+    detail: str | None = None
+    #: what the journal noted beside the transition (a refused or grounded answer, an act)
+    note: str | None = None
+
+
+def _index(edge: EdgeId | int, ids: Mapping[EdgeId, int], fallback: Mapping[EdgeId, int]) -> int:
+    if isinstance(edge, int):
+        return edge
+    return ids.get(edge, fallback.get(edge, -1))
+
+
+def _same_proposal(a: Proposal | None, b: Proposal | None) -> bool:
+    """Equal proposals; a rejection's wording may change between versions, its kind may not."""
+    if isinstance(a, Rejection) and isinstance(b, Rejection):
+        return a.kind == b.kind
+    return a == b
+
+
+class Replayer:
+    def __init__(
+        self, compiled: CompiledMachine, overrides: Mapping[str, Any], recorded: MachineSpec
+    ) -> None:
+        self.compiled = compiled
+        self.spec = compiled.spec
+        #: counterfactual snapshot fields (budgets, thrash limit, allow-list); empty as recorded
+        self.overrides = overrides
+        self.counterfactual = bool(overrides) or recorded.sha256 != self.spec.sha256
+        #: transition identities: the journal's guard results name the recorded declaration's
+        #: indexes, the recomputed ones this declaration's
+        self.recorded_ids = edge_ids(recorded)
+        self.ids = edge_ids(self.spec)
+        self.index_of = {v: k for k, v in self.ids.items()}
+        self.recorded_index_of = {v: k for k, v in self.recorded_ids.items()}
+
+    def guard_checks(
+        self, recorded: Iterable[GuardResult], recomputed: Iterable[GuardResult]
+    ) -> tuple[GuardCheck, ...]:
+        """Recorded and recomputed guard results side by side, matched by transition
+        identity (the same edge in both declarations), shown by this declaration's index."""
+        rec = keyed(tuple(recorded), self.recorded_ids)
+        now = keyed(tuple(recomputed), self.ids)
+        keys = list(dict.fromkeys([*rec, *now]))
+        return tuple(
+            GuardCheck(
+                _index(e, self.index_of, self.recorded_index_of),
+                name,
+                rec.get((e, name)),
+                now.get((e, name)),
+            )
+            for e, name in keys
+        )
+
+    def differs(self, checks: Iterable[GuardCheck]) -> bool:
+        """Whether guard results differ. As recorded every guard must come out the same; a
+        counterfactual compares decisions (where each one goes, what it halts), not guards:
+        another declaration or budget may evaluate other guards on the way to the same edge."""
+        return not self.counterfactual and any(g.recorded != g.recomputed for g in checks)
+
+    def has_state(self, name: str) -> bool:
+        return any(s.name == name for s in self.spec.states)
+
+    def snapshot(self, event: Event) -> Snapshot:
+        snap = event.snapshot
+        if not self.overrides:
+            return snap
+        changes = dict(self.overrides)
+        if "allowlist" in changes:  # only tools the run could call: the recorded allow-list
+            changes["allowlist"] = tuple(n for n in changes["allowlist"] if n in snap.allowlist)
+        return attrs.evolve(snap, **changes)
+
+    def action(self, state: str) -> str | None:
+        return self.spec.state(state).action
+
+    def after(self, snap: Snapshot, dest: str, retry: bool) -> Snapshot:
+        meters = snap.meters
+        if retry:
+            meters = attrs.evolve(meters, retries_used=meters.retries_used + 1)
+        return attrs.evolve(
+            snap, state=dest, outcome=None, next_action=self.action(dest), meters=meters
+        )
+
+    def reparse(self, event: Event, snap: Snapshot) -> str | None:
+        """Parse the recorded reply again; a different proposal is a divergence."""
+        facts = event.facts
+        if facts is None or facts.action != "model" or facts.error is not None:
+            return None
+        reply = facts.repaired if event.snapshot.repair == "repaired" else facts.reply
+        again = parse_reply(reply, step=snap.meters.steps_used, max_steps=snap.budgets.max_steps)
+        if not _same_proposal(again, event.snapshot.proposal):
+            recorded = event.snapshot.proposal
+            return f"the reply parses differently now: recorded {recorded!r}, now {again!r}"
+        return None
+
+
+def _step_base(event: Event, snap: Snapshot) -> dict[str, Any]:
+    facts = event.facts
+    tool = facts.tool if facts is not None else None
+    return {
+        "seq": event.seq,
+        "step": snap.meters.steps_used,
+        "max_steps": snap.budgets.max_steps,
+        "source": event.source,
+        "dest": event.dest,
+        "trigger": event.trigger,
+        "recorded_halt": event.halt,
+        "meters": snap.meters,
+        "reply": facts.reply if facts is not None and facts.action == "model" else None,
+        "receipts": tool.receipts if tool is not None else (),
+        "note": event.note,
+    }
+
+
+def _tripped(results: Iterable[GuardResult]) -> bool:
+    """Whether a budget check (its `budget_tripped` results) tripped."""
+    return any(g.result for g in results)
+
+
+def _judge(
+    r: Replayer,
+    event: Event,
+    snap: Snapshot,
+    decision: Decision,
+    check: tuple[Decision, HaltReason | None] | None,
+    expected_halt: HaltReason | None,
+) -> StepReport:
+    """Compare one recomputed decision, and the budget check on entering its dest (with the
+    reason it would trip), with what the journal recorded."""
+    base = _step_base(event, snap)
+    chosen = decision.transition
+    guards = r.guard_checks(event.guards, decision.guards)
+    if chosen is None:
+        return StepReport(
+            **base,
+            verdict="needs_facts" if event.halt else "diverged",
+            guards=guards,
+            detail=f"no transition on {event.trigger!r} passes its guards now",
+        )
+    halt = expected_halt if chosen.halt is None else chosen.halt
+    if chosen.dest != event.dest or halt != event.halt or chosen.retry != event.retry:
+        verdict: Verdict = "diverged"
+        if halt is not None and event.halt is None:
+            verdict = "halted_earlier"
+        elif halt is None and (event.halt is not None or r.counterfactual):
+            verdict = "needs_facts"  # it would go on where the journal has no facts
+        detail = (
+            f"now goes to {chosen.dest!r}"
+            + (f" halting {halt.value!r}" if halt else "")
+            + f"; recorded {event.dest!r}"
+            + (f" halting {event.halt.value!r}" if event.halt else "")
+        )
+        if verdict == "needs_facts" and event.halt is None:
+            detail += f" (what {chosen.dest!r} would have done next was never recorded)"
+        return StepReport(
+            **base,
+            verdict=verdict,
+            guards=guards,
+            recomputed_dest=chosen.dest,
+            recomputed_halt=halt,
+            detail=detail,
+        )
+    if r.differs(guards):
+        return StepReport(
+            **base,
+            verdict="diverged",
+            guards=guards,
+            recomputed_dest=chosen.dest,
+            recomputed_halt=halt,
+            detail="guard results differ",
+        )
+    entering = None if check is None else r.guard_checks(event.check, check[0].guards)
+    if (
+        check is not None
+        and entering is not None
+        and (r.differs(entering) or _tripped(check[0].guards) != _tripped(event.check))
+    ):
+        tripped = check[0].transition
+        fired = tripped is not None
+        return StepReport(
+            **base,
+            verdict="halted_earlier" if fired else "needs_facts",
+            guards=guards + entering,
+            recomputed_dest=tripped.dest if tripped is not None else chosen.dest,
+            recomputed_halt=check[1] if fired else None,
+            detail=f"the budget check on entering {chosen.dest!r} now "
+            + (f"trips ({check[1]})" if fired else "passes")
+            + " (recorded the opposite)",
+        )
+    return StepReport(
+        **base, verdict="match", guards=guards, recomputed_dest=chosen.dest, recomputed_halt=halt
+    )
+
+
+def redecide(r: Replayer, event: Event) -> StepReport:
+    snap = r.snapshot(event)
+    meter = tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
+    if event.kind == "started":
+        if event.dest != r.spec.initial:
+            return StepReport(
+                **_step_base(event, snap),
+                verdict="diverged",
+                detail=f"this declaration starts in {r.spec.initial!r}; the run started in"
+                f" {event.dest!r}",
+            )
+        first = r.compiled.check_budget(event.dest, snap)
+        checks = r.guard_checks(event.check, first.guards)
+        same = not r.differs(checks) and _tripped(first.guards) == _tripped(event.check)
+        return StepReport(
+            **_step_base(event, snap),
+            verdict="match" if same else "diverged",
+            guards=checks,
+            detail=None if same else "the start-of-run budget check differs",
+        )
+    if event.kind in ("operator", "resumed"):  # a person's act, a take-over: recorded facts
+        return StepReport(**_step_base(event, snap), verdict="external", detail=event.note)
+    assert event.source is not None  # noqa: S101 - only the started event has no source
+    if not r.has_state(event.source):
+        return StepReport(
+            **_step_base(event, snap),
+            verdict="needs_facts",
+            detail=f"the run was in state {event.source!r}, which this declaration does not have",
+        )
+    imposed = event.halt in IMPOSED and not r.spec.candidates(event.source, event.trigger or "")
+    if imposed:  # a signal, an error, a routing freeze: facts, not decisions to re-make
+        return StepReport(
+            **_step_base(event, snap),
+            verdict="external",
+            recomputed_halt=event.halt,
+            detail=f"imposed from outside the machine: {event.note}",
+        )
+    if event.halt is HaltReason.HALT_PATH_REFUSED and event.trigger == "refused":
+        refused = any(halt_lane_refusal(snap.control, k, snap.halt_lane) for k in CONTROL_KEYS)
+        return StepReport(
+            **_step_base(event, snap),
+            verdict="match" if refused else "diverged",
+            recomputed_halt=HaltReason.HALT_PATH_REFUSED if refused else None,
+            detail=None if refused else "the halt lane is accepted now",
+        )
+    if event.trigger == "budget":
+        return _judge(r, event, snap, r.compiled.check_budget(event.source, snap), None, meter)
+    budget = r.compiled.check_budget(event.source, snap)  # after the action: time and money
+    if budget.transition is not None:
+        return StepReport(
+            **_step_base(event, snap),
+            verdict="halted_earlier",
+            recomputed_dest=budget.transition.dest,
+            recomputed_halt=meter,
+            guards=r.guard_checks((), budget.guards),
+            detail=f"the {meter.value if meter else 'budget'} meter trips first",
+        )
+    if (mismatch := r.reparse(event, snap)) is not None:
+        return StepReport(**_step_base(event, snap), verdict="diverged", detail=mismatch)
+    decision = r.compiled.decide(event.source, event.trigger or "", snap)
+    if event.halt is HaltReason.NO_TRANSITION:
+        ok = decision.transition is None
+        return StepReport(
+            **_step_base(event, snap),
+            verdict="match" if ok else "diverged",
+            guards=r.guard_checks(event.guards, decision.guards),
+            recomputed_halt=HaltReason.NO_TRANSITION if ok else None,
+            detail=None if ok else "a transition passes its guards now",
+        )
+    chosen = decision.transition
+    check: tuple[Decision, HaltReason | None] | None = None
+    if chosen is not None and not r.spec.state(chosen.dest).terminal:
+        after = r.after(snap, chosen.dest, chosen.retry)
+        reason = tripped_meter(after.budgets, after.meters, next_action=after.next_action)
+        check = (r.compiled.check_budget(chosen.dest, after), reason)
+    return _judge(r, event, snap, decision, check, None)
