@@ -14,6 +14,7 @@ not offer. Output is deterministic: declaration order, no clocks, no ids.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -125,31 +126,93 @@ def _taken(path: RunPath | None, t: TransitionSpec) -> tuple[int, ...] | None:
     return path.edges.get(t.index)
 
 
+#: Words Mermaid's state-diagram grammar reads as keywords (compared case-folded): a state
+#: so named gets an alias id.
+_MERMAID_KEYWORDS = frozenset(
+    [
+        "state",
+        "note",
+        "class",
+        "classdef",
+        "style",
+        "default",
+        "direction",
+        "end",
+        "as",
+        "of",
+        "left",
+        "right",
+        "click",
+        "acctitle",
+        "accdescr",
+        "concurrent",
+        "fork",
+        "join",
+        "choice",
+        "hide",
+        "empty",
+        "description",
+        "tb",
+        "bt",
+        "lr",
+        "rl",
+    ]
+)
+_MERMAID_ID = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_MERMAID_ESCAPED = frozenset('#;"%<>')
+
+
+def _mermaid_text(text: str) -> str:
+    """Text inside a Mermaid label or quoted description: `#`, `;`, quotes, `%` and angle
+    brackets as Mermaid entity codes, so no name can end a statement, open a comment or
+    carry markup."""
+    return "".join(f"#{ord(c)};" if c in _MERMAID_ESCAPED else c for c in text)
+
+
+def _mermaid_ids(spec: MachineSpec) -> dict[str, str]:
+    """Each state's id in the Mermaid text: its name when that is a plain identifier and no
+    keyword, else an alias (`s3`) whose description is the escaped name."""
+    names = {s.name for s in spec.states}
+    ids: dict[str, str] = {}
+    for i, s in enumerate(spec.states):
+        plain = _MERMAID_ID.fullmatch(s.name) and s.name.casefold() not in _MERMAID_KEYWORDS
+        alias = f"s{i}"
+        while alias in names or alias in ids.values():
+            alias += "_"
+        ids[s.name] = s.name if plain else alias
+    return ids
+
+
 def to_mermaid(spec: MachineSpec, path: RunPath | None = None) -> str:
-    """`stateDiagram-v2` text."""
+    """`stateDiagram-v2` text, valid for every name the loader accepts."""
     title = _title(spec, path, " — ")
     # A JSON string is valid YAML: ": " in the title (or markup in a run id) stays text.
     quoted = json.dumps(title, ensure_ascii=False)
     lines = ["---", f"title: {quoted}", "---", "stateDiagram-v2", "    direction LR"]
-    lines.append(f"    [*] --> {spec.initial}")
+    ids = _mermaid_ids(spec)
+    for s in spec.states:
+        if ids[s.name] != s.name:
+            lines.append(f'    state "{_mermaid_text(s.name)}" as {ids[s.name]}')
+    lines.append(f"    [*] --> {ids[spec.initial]}")
     for t in spec.transitions:
-        lines.append(f"    {t.source} --> {t.dest}: {_label(t, _taken(path, t))}")
+        label = _mermaid_text(_label(t, _taken(path, t)))
+        lines.append(f"    {ids[t.source]} --> {ids[t.dest]}: {label}")
     for s in spec.states:
         if s.terminal:
-            lines.append(f"    {s.name} --> [*]")
-            lines.append(f"    note right of {s.name}: halts as {', '.join(_reasons(s.name))}")
+            lines.append(f"    {ids[s.name]} --> [*]")
+            lines.append(f"    note right of {ids[s.name]}: halts as {', '.join(_reasons(s.name))}")
     lines.append("    classDef terminal stroke-width:3px,font-weight:bold")
     lines.append("    classDef visited fill:#dbeafe,stroke:#1d4ed8")
     lines.append("    classDef halted fill:#fee2e2,stroke:#b91c1c,stroke-width:4px")
-    terminal = [s.name for s in spec.states if s.terminal]
+    terminal = [ids[s.name] for s in spec.states if s.terminal]
     lines.append(f"    class {','.join(terminal)} terminal")
     if path is not None:
-        visited = [s.name for s in spec.states if s.name in path.visited
+        visited = [ids[s.name] for s in spec.states if s.name in path.visited
                    and s.name != path.halt_state]  # fmt: skip
         if visited:
             lines.append(f"    class {','.join(visited)} visited")
-        if path.halt_state is not None:
-            lines.append(f"    class {path.halt_state} halted")
+        if path.halt_state is not None and path.halt_state in ids:
+            lines.append(f"    class {ids[path.halt_state]} halted")
     return "\n".join(lines) + "\n"
 
 

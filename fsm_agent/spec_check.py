@@ -5,6 +5,7 @@ budget, at load time, each error with the file, line and key path (see `fsm_agen
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,10 @@ _TOP_KEYS = {
     "transitions",
 }
 _TRANSITION_KEYS = {"trigger", "source", "dest", "guards", "halt", "retry"}
+MAX_NAME = 200
+#: Unicode categories refused in names: controls, format characters (bidi overrides,
+#: zero-width), line and paragraph separators, surrogates, unassigned.
+_CONTROL = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
 
 
 class Validator:
@@ -88,6 +93,19 @@ class Validator:
             )
         return raw
 
+    def _check_name(self, name: Any, what: str, path: str) -> None:
+        """Names reach pictures, logs and terminals: text of 1-200 characters with no
+        control character or line break (any letter, digit, punctuation or space is fine)."""
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
+            raise self.err(f"{what} must be text of 1 to {MAX_NAME} characters, got {name!r}", path)
+        bad = next((c for c in name if unicodedata.category(c) in _CONTROL), None)
+        if bad is not None:
+            raise self.err(
+                f"{what} may not contain control characters or line breaks (found"
+                f" U+{ord(bad):04X} in {name!r})",
+                path,
+            )
+
     def _str(self, d: Mapping[str, Any], key: str, path: str) -> str:
         value = d.get(key)
         if not isinstance(value, str) or not value.strip():
@@ -100,6 +118,7 @@ class Validator:
         out = []
         for name, body in raw.items():
             path = f"$.states.{name}"
+            self._check_name(name, "a state name", path)
             body = {} if body is None else body
             if not isinstance(body, dict) or set(body) - {"action", "terminal"}:
                 raise self.err("a state is a mapping with 'action' or 'terminal: true'", path)
@@ -161,6 +180,7 @@ class Validator:
         if extra:
             raise self.err(f"unknown key {extra[0]!r}", f"{path}.{extra[0]}")
         trigger = self._str(t, "trigger", f"{path}.trigger")
+        self._check_name(trigger, "a trigger", f"{path}.trigger")
         if trigger == BUDGET_TRIGGER:
             raise self.err(
                 f"trigger {BUDGET_TRIGGER!r} is reserved: the runtime adds it to every"

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fsm_agent.diagram import run_path, to_mermaid
 from fsm_agent.journal import Event, RunRow
@@ -194,3 +196,62 @@ def test_the_mermaid_check_fails_a_broken_diagram(mermaid_page: Page) -> None:
     result = render(mermaid_page, good.replace("--> done", "--> --> ((done"))
     assert "svg" not in result
     assert "Parse error" in result["error"]
+
+
+# --- every declaration the loader accepts exports as Mermaid the real parser accepts ----------
+
+_AWKWARD = [
+    "needs-review", "note", "class", "default", "style", "state", "end", "direction", "Note",
+    "[*]", "a --> b", "x: y", "%% not a comment", "#1", "a;b", '"quoted"', "<b>bold</b>",
+    "9lives", "3", "naïve café", "日本語の状態", "s1", "s0", "{curly}", "back\\slash", "a`b",
+]  # fmt: skip
+_names = st.one_of(
+    st.sampled_from(_AWKWARD),
+    st.from_regex(r"[a-z]+(-[a-z0-9]+)+", fullmatch=True),
+    st.from_regex(r"[0-9][a-z0-9_]{0,10}", fullmatch=True),
+    st.text(st.characters(categories=["L", "N", "P", "S", "Zs"]), min_size=1, max_size=120),
+).filter(lambda n: bool(n.strip()) and n not in ("done", "budget_exhausted", "handoff"))
+
+
+def _generated_machine(names: list[str], triggers: list[str]) -> str:
+    def q(name: str) -> str:
+        return json.dumps(name, ensure_ascii=False)
+
+    a, b = q(names[0]), q(names[1])
+    action = "examples.payments_retry.webhook:await_capture_webhook"
+    return f"""name: generated
+initial: {a}
+budgets: {{max_steps: 3, wall_clock_ms: 1000, max_cost: 1.0, tool_timeout_ms: 500, max_retries: 1}}
+states:
+  {a}: {{action: model}}
+  {b}: {{action: {action}}}
+  done: {{terminal: true}}
+  budget_exhausted: {{terminal: true}}
+  handoff: {{terminal: true}}
+transitions:
+  - {{trigger: tool_call, source: {a}, dest: {b}}}
+  - {{trigger: answer, source: {a}, dest: done, guards: [answer_grounded], halt: completed}}
+  - {{trigger: handoff, source: {a}, dest: handoff, halt: handoff_requested}}
+  - {{trigger: rejected, source: {a}, dest: handoff, halt: schema_fail}}
+  - {{trigger: {q(triggers[0])}, source: {b}, dest: {a}}}
+  - {{trigger: {q(triggers[1])}, source: {b}, dest: handoff, halt: tool_error}}
+"""
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    names=st.lists(_names, min_size=2, max_size=2, unique=True),
+    triggers=st.lists(_names, min_size=2, max_size=2, unique=True).filter(
+        lambda ts: not {"budget"} & set(ts)
+    ),
+)
+def test_mermaid_is_valid_for_every_name_the_loader_accepts(
+    mermaid_page: Page, names: list[str], triggers: list[str]
+) -> None:
+    spec = parse_machine(_generated_machine(names, triggers), source="generated.yaml")
+    text = to_mermaid(spec)
+    assert text.count("\n") == len(text.splitlines())  # no name broke a line
+    result = render(mermaid_page, text)
+    assert "error" not in result, (text, result)
+    assert result["svg"].startswith("<svg")
+    assert result["svg"].count("<script") == 0
