@@ -14,13 +14,12 @@ not offer. Output is deterministic: declaration order, no clocks, no ids.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from collections.abc import Sequence
 from typing import Literal
 
 import attrs
 
+from fsm_agent import svg_render
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.halt import TERMINAL_STATE, HaltReason
 from fsm_agent.journal import Event
@@ -197,16 +196,11 @@ def to_dot(spec: MachineSpec, path: RunPath | None = None) -> str:
 
 
 def to_svg(spec: MachineSpec, path: RunPath | None = None) -> str:
-    """SVG rendered by Graphviz (`dot -Tsvg`)."""
-    dot = shutil.which("dot")
-    if dot is None:
+    """SVG drawn by graphviz-pure, or by Graphviz's `dot` without it (see `svg_render`)."""
+    renderer = svg_render.find_renderer()
+    if renderer is None:
         raise GraphvizMissing()
-    done = subprocess.run(  # noqa: S603 - a fixed binary, our own DOT text on stdin
-        [dot, "-Tsvg"], input=to_dot(spec, path), capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise FsmAgentError(f"Graphviz could not render the diagram: {done.stderr.strip()}")
-    return done.stdout
+    return svg_render.render_svg(renderer, to_dot(spec, path))
 
 
 def export_diagram(spec: MachineSpec, fmt: DiagramFormat, path: RunPath | None = None) -> str:

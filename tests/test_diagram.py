@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import fsm_agent.diagram as diagram
-from fsm_agent import ScriptedModel, load_tools, run
+from fsm_agent import ScriptedModel, load_tools, run, svg_render
 from fsm_agent.cli import cli
 from fsm_agent.diagram import GraphvizMissing, export_diagram, run_path, to_dot, to_mermaid
 from fsm_agent.spec import load_machine, parse_machine
@@ -90,7 +89,6 @@ def test_a_run_path_is_highlighted_with_steps_counts_and_the_halt(tmp_path: Path
     assert dot.count("penwidth=2.5") == 4  # the four edges the run took
 
 
-@needs_dot
 def test_hostile_names_are_escaped_in_dot(tmp_path: Path) -> None:
     text = load_machine("agent_loop").text.replace(
         "name: agent_loop", 'name: "evil \\" <script>alert(1)</script>"'
@@ -103,7 +101,8 @@ def test_hostile_names_are_escaped_in_dot(tmp_path: Path) -> None:
 
 
 def test_svg_without_graphviz_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(diagram.shutil, "which", lambda _: None)
+    monkeypatch.setattr(svg_render, "_graphviz_pure", lambda: None)
+    monkeypatch.setattr(svg_render.shutil, "which", lambda _: None)
     with pytest.raises(GraphvizMissing, match="apt-get install graphviz"):
         export_diagram(load_machine("agent_loop"), "svg")
     result = CliRunner().invoke(cli, ["diagram", "agent_loop", "--format", "svg"])
