@@ -20,7 +20,7 @@ from typing import Literal
 import attrs
 
 from fsm_agent import svg_render
-from fsm_agent.errors import FsmAgentError
+from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import TERMINAL_STATE, HaltReason
 from fsm_agent.journal import Event
 from fsm_agent.spec import MachineSpec, TransitionSpec
@@ -30,13 +30,13 @@ FORMATS: tuple[DiagramFormat, ...] = ("mermaid", "dot", "svg")
 EdgeKey = tuple[str, str, str]  # (source, dest, trigger)
 
 
-class GraphvizMissing(FsmAgentError):
-    """SVG needs Graphviz's `dot`, which is not installed."""
+class GraphvizMissing(InvalidInputError):
+    """SVG needs graphviz-pure (installed with fsm-agent) or Graphviz's `dot`: neither is here."""
 
     def __init__(self) -> None:
         super().__init__(
-            "Graphviz `dot` not found: install the Debian package graphviz"
-            " (apt-get install graphviz), or use --format mermaid or dot"
+            "no SVG renderer: graphviz-pure is not installed and Graphviz `dot` is not on"
+            " PATH (pip install graphviz-pure, or install Graphviz: apt-get install graphviz)"
         )
 
 

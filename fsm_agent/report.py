@@ -349,8 +349,8 @@ def _header(run: RunRow, report: ReplayReport) -> str:
 def incident_report(run: RunRow, events: Sequence[Event]) -> str:
     """The whole report for one run as one HTML document (see the module docstring).
 
-    Raises `diagram.GraphvizMissing` when Graphviz is not installed, and `FsmAgentError`
-    when the journaled declaration no longer loads or Graphviz's SVG is refused.
+    Raises `diagram.GraphvizMissing` when no SVG renderer is installed, and `FsmAgentError`
+    when the journaled declaration no longer loads or the renderer's SVG is refused.
     """
     spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
     report = replay_events(run, events)

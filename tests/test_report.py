@@ -159,7 +159,7 @@ def test_without_graphviz_the_report_refuses_instead_of_degrading(
 ) -> None:
     row, events = hostile_run(tmp_path)
     monkeypatch.setattr("fsm_agent.svg_render.find_renderer", lambda: None)
-    with pytest.raises(GraphvizMissing, match="apt-get install graphviz"):
+    with pytest.raises(GraphvizMissing, match="pip install graphviz-pure"):
         incident_report(row, events)
 
 

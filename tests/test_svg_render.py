@@ -13,11 +13,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from fsm_agent import svg_render
+from fsm_agent.cli import cli
 from fsm_agent.diagram import to_dot, to_svg
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.spec import load_machine
+from tests.browser_runs import completed_run
 
 ROOT = Path(__file__).parent.parent
 BLUE, RED = "#1d4ed8", "#b91c1c"
@@ -131,3 +134,19 @@ def test_report_and_svg_diagram_work_with_no_dot_on_path(tmp_path: Path) -> None
     assert first == (tmp_path / "b.svg").read_bytes()
     assert b"(graphviz-pure)" in first
     assert_shows_the_looping_run(first.decode())
+
+
+def test_report_without_a_renderer_is_exit_2_with_a_hint_for_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    row, _ = completed_run(tmp_path)
+    monkeypatch.setattr(svg_render, "_graphviz_pure", lambda: None)
+    monkeypatch.setattr(svg_render.shutil, "which", lambda _: None)
+    out = tmp_path / "r.html"
+    args = ["report", row.run_id, "--db", str(tmp_path / "journal.db"), "-o", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: the report draws the run's path as SVG: no SVG")
+    assert "pip install graphviz-pure" in result.output
+    assert "--format" not in result.output  # report has no such option
+    assert not out.exists()
