@@ -22,7 +22,7 @@ from fsm_agent.cli_options import (
     json_option,
     shown,
 )
-from fsm_agent.diagram import FORMATS, DiagramFormat, export_diagram, run_path
+from fsm_agent.diagram import FORMATS, DiagramFormat, GraphvizMissing, export_diagram, run_path
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import Control, ControlKind, Event, RunRow
 from fsm_agent.record import atomic_write_text
@@ -168,7 +168,8 @@ def stats(db: str, machine: str | None, since: str | None, as_json: bool) -> Non
     type=click.Choice(FORMATS),
     default="mermaid",
     show_default=True,
-    help="mermaid renders in code review; svg needs Graphviz (apt-get install graphviz).",
+    help="mermaid renders in code review; svg is drawn by graphviz-pure (installed with"
+    " fsm-agent).",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="File (default: stdout).")
 @click.option("--run", "run_source", help="Highlight the path of this run id or run file.")
@@ -190,7 +191,10 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
             # Draw what actually ran: the declaration recorded with the run.
             spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
         path = run_path(spec, run.run_id, events)
-    text = export_diagram(spec, fmt, path)
+    try:
+        text = export_diagram(spec, fmt, path)
+    except GraphvizMissing as exc:
+        raise InvalidInputError(f"{exc}; or use --format mermaid or dot") from exc
     if output is None:
         click.echo(text, nl=False)
     else:
@@ -211,7 +215,11 @@ def report_(source: str, output: str, db: str) -> None:
     from fsm_agent.report import incident_report, write_report
 
     run, events = _load(source, db)
-    write_report(incident_report(run, events), output)
+    try:
+        page = incident_report(run, events)
+    except GraphvizMissing as exc:
+        raise InvalidInputError(f"the report draws the run's path as SVG: {exc}") from exc
+    write_report(page, output)
     click.echo(f"wrote incident report of run {run.run_id} to {output}")
 
 

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import attrs
 
+from fsm_agent import svg_render
 from fsm_agent.edges import taken_transition
-from fsm_agent.errors import FsmAgentError
+from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import TERMINAL_STATE, HaltReason
 from fsm_agent.journal import Event
 from fsm_agent.spec import MachineSpec, TransitionSpec
@@ -32,13 +31,13 @@ DiagramFormat = Literal["mermaid", "dot", "svg"]
 FORMATS: tuple[DiagramFormat, ...] = ("mermaid", "dot", "svg")
 
 
-class GraphvizMissing(FsmAgentError):
-    """SVG needs Graphviz's `dot`, which is not installed."""
+class GraphvizMissing(InvalidInputError):
+    """SVG needs graphviz-pure (installed with fsm-agent) or Graphviz's `dot`: neither is here."""
 
     def __init__(self) -> None:
         super().__init__(
-            "Graphviz `dot` not found: install the Debian package graphviz"
-            " (apt-get install graphviz), or use --format mermaid or dot"
+            "no SVG renderer: graphviz-pure is not installed and Graphviz `dot` is not on"
+            " PATH (pip install graphviz-pure, or install Graphviz: apt-get install graphviz)"
         )
 
 
@@ -267,16 +266,11 @@ def to_dot(spec: MachineSpec, path: RunPath | None = None) -> str:
 
 
 def to_svg(spec: MachineSpec, path: RunPath | None = None) -> str:
-    """SVG rendered by Graphviz (`dot -Tsvg`)."""
-    dot = shutil.which("dot")
-    if dot is None:
+    """SVG drawn by graphviz-pure, or by Graphviz's `dot` without it (see `svg_render`)."""
+    renderer = svg_render.find_renderer()
+    if renderer is None:
         raise GraphvizMissing()
-    done = subprocess.run(  # noqa: S603 - a fixed binary, our own DOT text on stdin
-        [dot, "-Tsvg"], input=to_dot(spec, path), capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise FsmAgentError(f"Graphviz could not render the diagram: {done.stderr.strip()}")
-    return done.stdout
+    return svg_render.render_svg(renderer, to_dot(spec, path))
 
 
 def export_diagram(spec: MachineSpec, fmt: DiagramFormat, path: RunPath | None = None) -> str:

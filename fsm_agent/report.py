@@ -1,7 +1,7 @@
 """The incident report: one self-contained HTML page a reviewer opens offline.
 
 The halt record comes first, then the machine with the run's path highlighted (inline SVG
-from Graphviz), the replay verdict (the halt re-proven from the journal), and a timeline
+from graphviz-pure), the replay verdict (the halt re-proven from the journal), and a timeline
 of every transition. No scripts, fonts, images or links: inline CSS only, and a
 Content-Security-Policy that forbids fetching anything. Every string from the journal is
 escaped — model text is hostile input — and the SVG is checked before it is embedded.
@@ -31,7 +31,7 @@ from fsm_agent.snapshot import SUCCESS_RULES, ToolOutcome
 from fsm_agent.spec import MachineSpec, parse_machine
 
 REPLY_EXCERPT = 600
-#: What Graphviz draws with; anything else in its SVG is refused rather than embedded.
+#: What Graphviz (and graphviz-pure, its port) draws with; anything else is refused.
 _SVG_TAGS = frozenset({"svg", "g", "title", "polygon", "polyline", "ellipse", "path", "text"})
 _PROLOG = re.compile(r"<\?xml.*?\?>|<!DOCTYPE[^>]*>|<!--.*?-->", re.DOTALL)
 _PT = re.compile(r'\b(width|height)="([0-9.]+)pt"')
@@ -349,8 +349,8 @@ def _header(run: RunRow, report: ReplayReport) -> str:
 def incident_report(run: RunRow, events: Sequence[Event]) -> str:
     """The whole report for one run as one HTML document (see the module docstring).
 
-    Raises `diagram.GraphvizMissing` when Graphviz is not installed, and `FsmAgentError`
-    when the journaled declaration no longer loads or Graphviz's SVG is refused.
+    Raises `diagram.GraphvizMissing` when no SVG renderer is installed, and `FsmAgentError`
+    when the journaled declaration no longer loads or the renderer's SVG is refused.
     """
     spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
     report = replay_events(run, events)

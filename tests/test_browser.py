@@ -2,7 +2,7 @@
 incident report opens offline and safely, and the Mermaid text renders with the real
 `mermaid` library, installed from the npm registry at test time.
 
-Skips when chromium, npm or Graphviz is missing, naming the package; CI sets
+Skips when chromium, npm or an SVG renderer is missing, naming the package; CI sets
 FSM_AGENT_BROWSER_TESTS=require so that a missing tool fails instead.
 """
 
@@ -26,6 +26,7 @@ from fsm_agent.diagram import run_path, to_mermaid
 from fsm_agent.journal import Event, RunRow
 from fsm_agent.report import incident_report, write_report
 from fsm_agent.spec import load_machine, parse_machine
+from fsm_agent.svg_render import find_renderer
 from tests.browser_cdp import Browser, Page, missing, start_browser
 from tests.browser_runs import SCRIPT, completed_run, hostile_names_run, hostile_run
 
@@ -69,8 +70,8 @@ def page(browser: Browser) -> Iterator[Page]:
 
 @pytest.fixture
 def graphviz() -> None:
-    if shutil.which("dot") is None:
-        missing("Graphviz missing: apt-get install graphviz")
+    if find_renderer() is None:
+        missing("no SVG renderer: pip install graphviz-pure (or apt-get install graphviz)")
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,8 @@ run --policy."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from fsm_agent.cli import cli
@@ -60,7 +58,6 @@ def test_run_with_a_policy_and_with_a_broken_one(tmp_path: Path) -> None:
     assert not (tmp_path / "r2.json").exists()
 
 
-@pytest.mark.skipif(shutil.which("dot") is None, reason="apt-get install graphviz")
 def test_report_writes_one_html_file(tmp_path: Path) -> None:
     script = tmp_path / "s.json"
     script.write_text(json.dumps([LOOKUP, {"answer": "<script>x</script> swordfish"}]))

@@ -158,8 +158,8 @@ def test_without_graphviz_the_report_refuses_instead_of_degrading(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     row, events = hostile_run(tmp_path)
-    monkeypatch.setattr("fsm_agent.diagram.shutil.which", lambda _: None)
-    with pytest.raises(GraphvizMissing, match="apt-get install graphviz"):
+    monkeypatch.setattr("fsm_agent.svg_render.find_renderer", lambda: None)
+    with pytest.raises(GraphvizMissing, match="pip install graphviz-pure"):
         incident_report(row, events)
 
 
