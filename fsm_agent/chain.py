@@ -125,6 +125,18 @@ class ChainReport:
     def ok(self) -> bool:
         return not self.findings
 
+    def verdict(self) -> str:
+        """One line for every review artifact: `chain: ok (N events)`, or the first bad
+        seq and what was done there."""
+        if self.ok:
+            return f"chain: ok ({self.events} events, head {(self.head_hash or '')[:12]})"
+        first = self.findings[0]
+        more = f" (and {len(self.findings) - 1} more findings)" if len(self.findings) > 1 else ""
+        return (
+            f"chain: DOES NOT VERIFY at seq {first.seq}: {first.kind}: {first.detail}{more}"
+            f" — see `fsm-agent verify {self.run_id}`"
+        )
+
 
 def verify_chain(run: RunRow, links: Sequence[ChainLink], head_hash: str | None) -> ChainReport:
     """Check one run's chain; report the first sequence number of each kind of tampering."""

@@ -234,14 +234,18 @@ def _guards_text(event: Event) -> str:
 @cli_errors
 def show(run_id: str, db: str, as_json: bool) -> None:
     """Show one run: its halt record, then every transition with its guards."""
+    from fsm_agent.chain import verify_run
+
     with journal_store(db, must_exist=True) as store:
         row = store.get_run(run_id)
         events = store.events(run_id)
+        chain = verify_run(store, run_id)
     if as_json:
         data = {
             "run": _run_dict(row),
             "record": serde.unstructure(row.record),
             "events": [serde.unstructure(e) for e in events],
+            "chain": serde.unstructure(chain) | {"ok": chain.ok},
         }
         click.echo(json.dumps(data, indent=2))
         return
@@ -255,6 +259,7 @@ def show(run_id: str, db: str, as_json: bool) -> None:
         click.echo(f"status: {status} in {row.state} (no halt record yet{hint})")
     else:
         click.echo(_summary(row.record))
+    click.echo(chain.verdict())
     click.echo("")
     click.echo(f"{'SEQ':>4}  {'STEP':>5}  TRANSITION")
     for e in events:

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from fsm_agent import serde
+from fsm_agent.chain import ChainReport, verify_run
 from fsm_agent.cli import cli
 from fsm_agent.cli_options import (
     budget_options,
@@ -26,16 +27,25 @@ from fsm_agent.diagram import FORMATS, DiagramFormat, GraphvizMissing, export_di
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import Control, ControlKind, Event, RunRow
 from fsm_agent.record import atomic_write_text
-from fsm_agent.replay import ReplayReport, load_run, replay_events
+from fsm_agent.replay import ReplayReport, load_run, replay_events, with_chain
 from fsm_agent.replay_view import format_step
 from fsm_agent.spec import load_machine, parse_machine
 
 
 def _load(source: str, db: str) -> tuple[RunRow, list[Event]]:
     """SOURCE is a run file (`export`'s output) or a run id in the journal at `db`."""
+    run, events, _ = _load_checked(source, db)
+    return run, events
+
+
+def _load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainReport | None]:
+    """`_load`, with the verdict on the run's hash chain: a journal's run is checked here;
+    a run file is refused on read when its chain does not verify (None: nothing to add)."""
     if source.endswith(".json") or Path(source).is_file():
-        return load_run(source)
-    return load_run(db, source)
+        return (*load_run(source), None)
+    run, events = load_run(db, source)
+    with journal_store(db, must_exist=True) as store:
+        return run, events, verify_run(store, source)
 
 
 def _exit_code(report: ReplayReport) -> int:
@@ -76,9 +86,9 @@ def replay(
     With budget flags or --machine it is a counterfactual: where would the run have halted?
     Exit code: 0 proven (or a counterfactual halt found), 1 diverged or needs unrecorded facts.
     """
-    run, events = _load(source, db)
+    run, events, chain = _load_checked(source, db)
     machine = load_machine(machine_ref) if machine_ref else None
-    report = replay_events(run, events, machine=machine, budgets=budgets)
+    report = with_chain(replay_events(run, events, machine=machine, budgets=budgets), chain)
     interactive = step_through and sys.stdin.isatty() and sys.stdout.isatty() and not as_json
     if not as_json:
         kind = "counterfactual replay" if report.counterfactual else "replay"
@@ -121,8 +131,12 @@ def export_(run_id: str, output: str, db: str) -> None:
 
     with journal_store(db, must_exist=True) as store:
         run_file = export_run(store, run_id)
+        chain = verify_run(store, run_id)
     write_run_file(run_file, output)
     click.echo(f"exported run {run_id} ({len(run_file.events)} events) to {output}")
+    if not chain.ok:  # the file keeps the chain as stored: `verify FILE` says the same
+        click.echo(f"Error: {chain.verdict()}", err=True)
+        raise click.exceptions.Exit(1)
 
 
 @cli.command("import")
@@ -214,9 +228,9 @@ def report_(source: str, output: str, db: str) -> None:
     record, the machine with the run's path, the replay verdict and every transition."""
     from fsm_agent.report import incident_report, write_report
 
-    run, events = _load(source, db)
+    run, events, chain = _load_checked(source, db)
     try:
-        page = incident_report(run, events)
+        page = incident_report(run, events, chain)
     except GraphvizMissing as exc:
         raise InvalidInputError(f"the report draws the run's path as SVG: {exc}") from exc
     write_report(page, output)

@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from fsm_agent.budgets import make_budgets
+from fsm_agent.chain import ChainReport
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import Event, RunRow
@@ -29,7 +30,15 @@ from fsm_agent.redecide import GuardCheck, Replayer, StepReport, Verdict, redeci
 from fsm_agent.snapshot import SUCCESS_RULES
 from fsm_agent.spec import MachineSpec, parse_machine
 
-__all__ = ["GuardCheck", "ReplayReport", "StepReport", "Verdict", "load_run", "replay_events"]
+__all__ = [
+    "GuardCheck",
+    "ReplayReport",
+    "StepReport",
+    "Verdict",
+    "load_run",
+    "replay_events",
+    "with_chain",
+]
 
 
 @attrs.frozen
@@ -128,6 +137,16 @@ def _summary(run: RunRow, last: StepReport | None, n: int, ok: bool) -> str:
     if run.halt_reason is None:
         return f"every recorded decision matches, but the run never halted (status {run.status})"
     return f"every decision matches, but the recorded halt {run.halt_reason} was not reached"
+
+
+def with_chain(report: ReplayReport, chain: ChainReport | None) -> ReplayReport:
+    """The replay verdict with the hash chain's: decisions can all match on edited facts,
+    so a run whose chain does not verify is never proven."""
+    if chain is None or chain.ok:
+        return report
+    return attrs.evolve(
+        report, ok=False, summary=f"{report.summary}; NOT proven: {chain.verdict()}"
+    )
 
 
 def load_run(path: str | os.PathLike[str], run_id: str | None = None) -> tuple[RunRow, list[Event]]:

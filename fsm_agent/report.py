@@ -19,13 +19,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fsm_agent.chain import ChainReport
 from fsm_agent.diagram import run_path, to_svg
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.journal import Event, GuardResult, RunRow
 from fsm_agent.proposals import FinalAnswer, HandoffRequest, Proposal, Rejection, ToolCall
 from fsm_agent.receipts import Receipt
 from fsm_agent.record import HaltRecord, atomic_write_text
-from fsm_agent.replay import ReplayReport, replay_events
+from fsm_agent.replay import ReplayReport, replay_events, with_chain
 from fsm_agent.replay_view import format_step
 from fsm_agent.snapshot import SUCCESS_RULES, ToolOutcome
 from fsm_agent.spec import MachineSpec, parse_machine
@@ -334,26 +335,35 @@ def _timeline_section(spec: MachineSpec, events: Sequence[Event], report: Replay
     )
 
 
-def _header(run: RunRow, report: ReplayReport) -> str:
+def _chain_badge(chain: ChainReport | None) -> str:
+    if chain is None:  # a run file: its chain was verified when it was read
+        return _badge("chain: verified on read", True)
+    if chain.ok:
+        return _badge(f"chain: ok ({chain.events} events)", True)
+    first = chain.findings[0]
+    return _badge(f"chain DOES NOT VERIFY at seq {first.seq} ({first.kind})", False)
+
+
+def _header(run: RunRow, report: ReplayReport, chain: ChainReport | None) -> str:
     verdict, proven = _verdict(report)
     reason = run.halt_reason.value if run.halt_reason else f"no halt ({run.status})"
     return (
         f"<header><h1>Incident report: run <code>{_esc(run.run_id)}</code> — {_esc(reason)}</h1>"
         f'<p class="sub">machine <code>{_esc(run.machine)}</code> '
         f'<span class="muted">sha256 {_esc(run.machine_sha256[:12])}</span> · '
-        f"{_badge('replay ' + verdict, proven)}</p>"
+        f"{_badge('replay ' + verdict, proven)} · {_chain_badge(chain)}</p>"
         f'<p class="sub">task: {_esc(run.task)}</p></header>'
     )
 
 
-def incident_report(run: RunRow, events: Sequence[Event]) -> str:
+def incident_report(run: RunRow, events: Sequence[Event], chain: ChainReport | None = None) -> str:
     """The whole report for one run as one HTML document (see the module docstring).
 
     Raises `diagram.GraphvizMissing` when no SVG renderer is installed, and `FsmAgentError`
     when the journaled declaration no longer loads or the renderer's SVG is refused.
     """
     spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
-    report = replay_events(run, events)
+    report = with_chain(replay_events(run, events), chain)
     diagram = _diagram_section(spec, run, events)
     reason = run.halt_reason.value if run.halt_reason else run.status
     return (
@@ -361,7 +371,8 @@ def incident_report(run: RunRow, events: Sequence[Event]) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>fsm-agent incident {_esc(run.run_id)}: {_esc(reason)}</title>\n"
-        f"<style>{CSS}</style></head>\n<body>\n{_header(run, report)}\n{_halt_section(run)}\n"
+        f"<style>{CSS}</style></head>\n<body>\n{_header(run, report, chain)}\n"
+        f"{_halt_section(run)}\n"
         f"{diagram}\n{_replay_section(report)}\n{_timeline_section(spec, events, report)}\n"
         "<footer class='muted'><p>Written by fsm-agent from the journal alone; "
         "every string above is journal data shown as text.</p></footer>\n</body></html>\n"
