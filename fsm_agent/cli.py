@@ -31,7 +31,7 @@ from fsm_agent.cli_options import (
     shown,
 )
 from fsm_agent.errors import RunPaused
-from fsm_agent.halt import EXIT_PAUSED, exit_code
+from fsm_agent.halt import EXIT_PAUSED, HaltReason, exit_code
 from fsm_agent.journal import Event, RunRow
 from fsm_agent.models import ModelAdapter
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, record_json
@@ -47,12 +47,15 @@ def cli() -> None:
     """Run AI agents as declared finite-state machines; every halt is named and journaled."""
 
 
-def progress_line(max_steps: int, quiet: bool) -> Callable[[Event], None]:
+def progress_line(quiet: bool) -> Callable[[Event], None]:
+    """The live `step 3/8` line of each transition, against the cap in force (an operator
+    may have raised it since the start)."""
+
     def show(event: Event) -> None:
         if quiet or event.kind != "transition":
             return
-        steps = event.snapshot.meters.steps_used
-        line = f"step {steps}/{max_steps}  {event.source} → {event.dest}  [{event.trigger}]"
+        steps, cap = event.snapshot.meters.steps_used, event.snapshot.budgets.max_steps
+        line = f"step {steps}/{cap}  {event.source} → {event.dest}  [{event.trigger}]"
         if event.halt is not None:
             line += f"  halt: {event.halt.value}"
         # A closed terminal or pipe must not change how the run ends.
@@ -140,15 +143,12 @@ def run(
 
         control = load_policy(policy_path).control_plane_for_runtime()
     tools = load_tools(tools_module) if tools_module else ToolRegistry()
-    state: dict[str, int] = {}
+    live = progress_line(quiet)
 
     def on_transition(event: Event) -> None:
-        if event.kind == "started":
-            state["max"] = event.snapshot.budgets.max_steps
-            if not as_json:
-                click.echo(f"run {event.run_id} started ({spec.name}, journal {shown(db)})")
-        else:
-            progress_line(state["max"], quiet)(event)
+        if event.kind == "started" and not as_json:
+            click.echo(f"run {event.run_id} started ({spec.name}, journal {shown(db)})")
+        live(event)
 
     with journal_store(db) as store:
         record = paused_or(
@@ -198,6 +198,9 @@ def _run_dict(row: RunRow) -> dict[str, Any]:
     return data
 
 
+RUNS_HEADER = ("RUN", "MACHINE", "HALT", "STEPS", "STARTED")
+
+
 @cli.command()
 @db_option
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
@@ -215,12 +218,19 @@ def runs(db: str, limit: int, as_json: bool) -> None:
         return
     from fsm_agent.resume import shown_status
 
-    header = f"{'RUN':<12}  {'MACHINE':<16}  {'HALT':<18}  {'STEPS':>7}  STARTED"
-    click.echo(header)
+    table = []
     for r in rows:
         reason = r.halt_reason.value if r.halt_reason else f"({shown_status(r)})"
-        steps = f"{r.steps_used}/{r.budgets.max_steps}"
-        click.echo(f"{r.run_id:<12}  {r.machine:<16}  {reason:<18}  {steps:>7}  {r.started_at}")
+        cap = r.record.max_steps if r.record is not None else r.budgets.max_steps  # raised?
+        table.append((r.run_id, r.machine, reason, f"{r.steps_used}/{cap}", r.started_at))
+    widths = [max(len(row[i]) for row in [RUNS_HEADER, *table]) for i in range(4)]
+    widths[2] = max(widths[2], max(len(h.value) for h in HaltReason))  # every reason fits
+    for row in [RUNS_HEADER, *table]:
+        rid, machine, reason, steps, started = row
+        click.echo(
+            f"{rid:<{widths[0]}}  {machine:<{widths[1]}}  {reason:<{widths[2]}}"
+            f"  {steps:>{widths[3]}}  {started}"
+        )
 
 
 def _guards_text(event: Event) -> str:

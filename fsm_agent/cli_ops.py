@@ -23,7 +23,6 @@ from fsm_agent.cli_options import (
     shown,
 )
 from fsm_agent.errors import InvalidInputError
-from fsm_agent.journal import Event
 from fsm_agent.models import ModelAdapter
 from fsm_agent.record import DEFAULT_RECORD_PATH
 from fsm_agent.runfile import read_run_file, verify_run_file
@@ -141,14 +140,9 @@ def resume(
     tools = load_tools(tools_module) if tools_module else ToolRegistry()
     with journal_store(db, must_exist=True) as store:
         row = store.get_run(run_id)
-        max_steps = row.budgets.max_steps
         if not as_json:
             click.echo(f"run {run_id} resumed from {row.state} (journal {shown(db)})")
-
-        def on_transition(event: Event) -> None:
-            nonlocal max_steps
-            max_steps = event.snapshot.budgets.max_steps
-            progress_line(max_steps, quiet)(event)
+        on_transition = progress_line(quiet)
 
         record = paused_or(
             lambda: resume_run(

@@ -211,7 +211,9 @@ _names = st.one_of(
     st.from_regex(r"[a-z]+(-[a-z0-9]+)+", fullmatch=True),
     st.from_regex(r"[0-9][a-z0-9_]{0,10}", fullmatch=True),
     st.text(st.characters(categories=["L", "N", "P", "S", "Zs"]), min_size=1, max_size=120),
-).filter(lambda n: bool(n.strip()) and n not in ("done", "budget_exhausted", "handoff"))
+).filter(
+    lambda n: bool(n.strip()) and len(n) <= 200 and n not in ("done", "budget_exhausted", "handoff")
+)
 
 
 def _generated_machine(names: list[str], triggers: list[str]) -> str:

@@ -5,6 +5,7 @@ reported (`tests/fixture_tickets.py` holds the desk and the vault)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -275,3 +276,15 @@ def test_a_run_recorded_under_the_old_rules_is_not_resumed() -> None:
             spec, old.run, old.events[:4], model=ScriptedModel([]), tools=ToolRegistry(),
             clock=lambda: 0.0, repair=None, judge=None,
         )  # fmt: skip
+
+
+def test_runs_columns_fit_every_halt_reason(tmp_path: Path) -> None:
+    fsm_run(tmp_path, [LOOKUP_T200, CLOSE_T200, DONE, DONE, DONE])  # side_effect_unknown
+    fsm_run(tmp_path, [VAULT, {"answer": "The vault code is tangerine-42."}])  # completed
+    lines = invoke("runs", "--db", str(tmp_path / "j.db")).output.splitlines()
+    assert "side_effect_unknown" in lines[1] or "side_effect_unknown" in lines[2]
+    started = {
+        line.index("STARTED") if i == 0 else re.search(r"\d{4}-\d\d-\d\dT", line).start()  # type: ignore[union-attr]
+        for i, line in enumerate(lines)
+    }
+    assert len(started) == 1, lines  # the STARTED column lines up

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from fsm_agent import HaltReason, Lane, read_record
-from fsm_agent.cli import cli
+from fsm_agent.cli import cli, progress_line
 from fsm_agent.journal import Control
 from fsm_agent.replay import replay_events
 from stores.sqlite import SqliteStore
@@ -72,6 +74,18 @@ def test_raise_budget_on_a_live_run_in_another_process(tmp_path: Path) -> None:
     assert "drafting → drafting  [raise_budget]" in shown.output
     assert "raise-budget by alice: max_steps 3 -> 5" in shown.output
     assert any(s.verdict == "external" and "alice" in (s.detail or "") for s in report.steps)
+    # one cap everywhere after the raise: the live line, `runs`, `show`
+    lines = []
+    for event in events:
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            progress_line(quiet=False)(event)
+        lines += err.getvalue().splitlines()
+    assert lines[-1].startswith("step 5/5  drafting → budget_exhausted  [budget]")
+    assert not any("/3" in line for line in lines if line.startswith(("step 4", "step 5")))
+    listed = CliRunner().invoke(cli, ["runs", "--db", str(db)]).output.splitlines()
+    assert listed[0].split() == ["RUN", "MACHINE", "HALT", "STEPS", "STARTED"]
+    assert listed[1].split()[:4] == ["raise-run", "agent_loop", "max_steps", "5/5"]
+    assert "halted: max_steps (budget_exhausted) after 5/5 steps" in shown.output
     halted = CliRunner().invoke(cli, ["raise-budget", "raise-run", "--max-steps", "9",
                                       "--why", "late", "--db", str(db)])  # fmt: skip
     assert halted.exit_code == 2
