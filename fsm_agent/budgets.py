@@ -96,3 +96,15 @@ def tripped_meter(
     if next_action == "model" and meters.steps_used >= budgets.max_steps:
         return HaltReason.MAX_STEPS
     return None
+
+
+def dollars(amount: float) -> str:
+    """A cost as people read it: `$0`, `$0.00005`, `$1.25`, `$0.123457` — at least two
+    decimals, at most six, no trailing zeros past the second (`$0.0000` hid $5e-05)."""
+    if amount == 0:
+        return "$0"
+    if 0 < amount < 0.000001:
+        return "<$0.000001"
+    text = f"{amount:.6f}".rstrip("0")
+    whole, _, frac = text.partition(".")
+    return f"${whole}.{frac.ljust(2, '0')}"

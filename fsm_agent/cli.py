@@ -233,10 +233,6 @@ def runs(db: str, limit: int, as_json: bool) -> None:
         )
 
 
-def _guards_text(event: Event) -> str:
-    return ", ".join(f"{g.guard}={'T' if g.result else 'F'}" for g in event.guards)
-
-
 @cli.command()
 @click.argument("run_id")
 @db_option
@@ -272,22 +268,10 @@ def show(run_id: str, db: str, as_json: bool) -> None:
     click.echo(chain.verdict())
     click.echo("")
     click.echo(f"{'SEQ':>4}  {'STEP':>5}  TRANSITION")
+    from fsm_agent.replay_view import event_lines
+
     for e in events:
-        step = f"{e.snapshot.meters.steps_used}/{e.snapshot.budgets.max_steps}"
-        if e.kind == "started":
-            click.echo(f"{e.seq:>4}  {step:>5}  start → {e.dest}")
-            continue
-        line = f"{e.seq:>4}  {step:>5}  {e.source} → {e.dest}  [{e.trigger}]"
-        if e.halt is not None:
-            line += f"  halt: {e.halt.value}"
-        if e.guards:
-            line += f"  guards: {_guards_text(e)}"
-        if e.kind == "resumed":
-            click.echo(f"{e.seq:>4}  {step:>5}  {e.note}")
-            continue
-        if e.note:  # an operator's act, why the runtime halted, a refused or grounded answer
-            line += f"\n{'':>13}{e.note}"
-        click.echo(line)
+        click.echo("\n".join(event_lines(e)))
 
 
 @cli.command()

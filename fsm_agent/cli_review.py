@@ -38,11 +38,14 @@ def _load(source: str, db: str) -> tuple[RunRow, list[Event]]:
     return run, events
 
 
-def _load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainReport | None]:
-    """`_load`, with the verdict on the run's hash chain: a journal's run is checked here;
-    a run file is refused on read when its chain does not verify (None: nothing to add)."""
+def _load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainReport]:
+    """`_load`, with the verdict on the run's hash chain (a run file whose chain does not
+    verify is refused when it is read, naming the seq)."""
     if source.endswith(".json") or Path(source).is_file():
-        return (*load_run(source), None)
+        from fsm_agent.runfile import read_run_file, verify_run_file
+
+        run_file = read_run_file(source)
+        return run_file.run, list(run_file.events), verify_run_file(run_file)
     run, events = load_run(db, source)
     with journal_store(db, must_exist=True) as store:
         return run, events, verify_run(store, source)

@@ -221,6 +221,9 @@ def _dot_str(text: str) -> str:
     return '"' + escaped + '"'
 
 
+_LOOP_SIDES = ("n", "s")
+
+
 def to_dot(spec: MachineSpec, path: RunPath | None = None) -> str:
     """Graphviz DOT text."""
     title = _title(spec, path, "\n")
@@ -228,8 +231,9 @@ def to_dot(spec: MachineSpec, path: RunPath | None = None) -> str:
         f"digraph {_dot_str(spec.name)} {{",
         "  rankdir=LR;",
         f"  label={_dot_str(title)}; labelloc=t; fontname=Helvetica;",
-        "  node [shape=box, style=rounded, fontname=Helvetica];",
-        "  edge [fontname=Helvetica, fontsize=10];",
+        "  nodesep=0.3; ranksep=0.9;",
+        "  node [shape=box, style=rounded, fontname=Helvetica, fontsize=14];",
+        "  edge [fontname=Helvetica, fontsize=12];",
         '  "__start__" [shape=point, width=0.15, label=""];',
         f'  "__start__" -> {_dot_str(spec.initial)};',
     ]
@@ -238,9 +242,11 @@ def to_dot(spec: MachineSpec, path: RunPath | None = None) -> str:
         if s.terminal:
             reasons = _reasons(s.name)
             rows = [", ".join(reasons[i : i + 3]) for i in range(0, len(reasons), 3)]
-            attrs_ += ["peripheries=2", f"xlabel={_dot_str('halts as ' + chr(10).join(rows))}"]
+            # the reasons go in the node itself: an xlabel beside it lands on incoming arrows
+            label = "\n".join([s.name, "halts as " + rows[0], *rows[1:]])
+            attrs_ += ["peripheries=2", f"label={_dot_str(label)}"]
         if path is not None and s.name == path.halt_state and path.halt_reason is not None:
-            attrs_ += [
+            attrs_ = [a for a in attrs_ if not a.startswith("label=")] + [
                 'style="rounded,filled"',
                 'fillcolor="#fee2e2"',
                 'color="#b91c1c"',
@@ -251,9 +257,14 @@ def to_dot(spec: MachineSpec, path: RunPath | None = None) -> str:
             attrs_ += ['style="rounded,filled"', 'fillcolor="#dbeafe"', 'color="#1d4ed8"']
         lines.append(f"  {_dot_str(s.name)} [{', '.join(attrs_)}];" if attrs_
                      else f"  {_dot_str(s.name)};")  # fmt: skip
+    loops: dict[str, int] = {}
     for t in spec.transitions:
         taken = _taken(path, t)
         style = ["style=dashed"] if t.implicit else []
+        if t.source == t.dest:  # self-loops alternate sides, so their labels do not overlap
+            side = _LOOP_SIDES[loops.get(t.source, 0) % len(_LOOP_SIDES)]
+            loops[t.source] = loops.get(t.source, 0) + 1
+            style += [f"tailport={side}", f"headport={side}"]
         if taken:
             style += ['color="#1d4ed8"', "penwidth=2.5", 'fontcolor="#1d4ed8"']
         elif path is not None:

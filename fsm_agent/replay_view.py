@@ -1,20 +1,68 @@
-"""Replay as an operator reads it: one step of a `ReplayReport` as text."""
+"""Runs as an operator reads them in a terminal: one journaled event (`show`) or one
+replayed step (`replay`) as text."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
+from fsm_agent.budgets import dollars
+from fsm_agent.journal import Event
+from fsm_agent.receipts import Receipt
 from fsm_agent.replay import StepReport
 
 
-def _abridge(value: Any, limit: int = 120) -> str:
+def abridge(value: Any, limit: int = 120) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _flag(value: bool | None) -> str:
     return "-" if value is None else ("T" if value else "F")
+
+
+def receipts_text(receipts: Sequence[Receipt]) -> str:
+    """`200 T-200, 206 (no id)`, or `no receipts`."""
+    if not receipts:
+        return "no receipts"
+    return ", ".join(f"{r.status} {r.id or '(no id)'}" for r in receipts)
+
+
+def event_lines(e: Event) -> list[str]:
+    """One journaled event as `show` lists it: the transition, its guards and note, then
+    what the action produced — the model's reply, or the tool call with its arguments,
+    outcome, receipts and what it returned."""
+    step = f"{e.snapshot.meters.steps_used}/{e.snapshot.budgets.max_steps}"
+    pad = " " * 13
+    if e.kind == "started":
+        return [f"{e.seq:>4}  {step:>5}  start → {e.dest}"]
+    if e.kind == "resumed":
+        return [f"{e.seq:>4}  {step:>5}  {e.note}"]
+    line = f"{e.seq:>4}  {step:>5}  {e.source} → {e.dest}  [{e.trigger}]"
+    if e.halt is not None:
+        line += f"  halt: {e.halt.value}"
+    if e.guards:
+        line += "  guards: " + ", ".join(f"{g.guard}={'T' if g.result else 'F'}" for g in e.guards)
+    lines = [line]
+    facts = e.facts
+    if facts is not None and facts.action == "model":
+        lines.append(f"{pad}reply: {abridge(facts.reply, 160)}")
+    if facts is not None and facts.tool is not None:
+        t = facts.tool
+        kind = "" if t.side_effect else " (read)"
+        lines.append(
+            f"{pad}call: {t.name}({abridge(t.args, 100)}){kind} -> {t.status}, {t.duration_ms} ms;"
+            f" receipts: {receipts_text(t.receipts)}"
+        )
+        if t.observation is not None:
+            lines.append(f"{pad}returned: {abridge(t.observation, 160)}")
+    error = facts and (facts.error or (facts.tool.error if facts.tool else None))
+    if error:
+        lines.append(f"{pad}error: {abridge(error, 160)}")
+    if e.note:  # an operator's act, why the runtime halted, a refused or grounded answer
+        lines.append(pad + e.note)
+    return lines
 
 
 def format_step(step: StepReport) -> str:
@@ -34,14 +82,12 @@ def format_step(step: StepReport) -> str:
         m = step.meters
         lines.append(
             f"    meters: steps {m.steps_used}, tool calls {m.tool_calls},"
-            f" retries {m.retries_used}, cost ${m.cost:.4f}, {m.elapsed_ms} ms"
+            f" retries {m.retries_used}, cost {dollars(m.cost)}, {m.elapsed_ms} ms"
         )
     if step.reply is not None:
-        lines.append(f"    reply: {_abridge(step.reply)}")
+        lines.append(f"    reply: {abridge(step.reply)}")
     if step.receipts:
-        lines.append(
-            "    receipts: " + ", ".join(f"{r.status} {r.id or '(no id)'}" for r in step.receipts)
-        )
+        lines.append(f"    receipts: {receipts_text(step.receipts)}")
     if step.note and step.note not in (step.detail or ""):
         lines.append(f"    note: {step.note}")
     if step.verdict not in ("match",) and step.detail:

@@ -19,12 +19,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fsm_agent.budgets import dollars
 from fsm_agent.chain import ChainReport
 from fsm_agent.diagram import run_path, to_svg
+from fsm_agent.edges import taken_transition
 from fsm_agent.errors import FsmAgentError
+from fsm_agent.halt import HaltReason
 from fsm_agent.journal import Event, GuardResult, RunRow
 from fsm_agent.proposals import FinalAnswer, HandoffRequest, Proposal, Rejection, ToolCall
-from fsm_agent.receipts import Receipt
+from fsm_agent.receipts import Receipt, receipt_ok
 from fsm_agent.record import HaltRecord, atomic_write_text
 from fsm_agent.replay import ReplayReport, replay_events, with_chain
 from fsm_agent.replay_view import format_step
@@ -32,6 +35,8 @@ from fsm_agent.snapshot import SUCCESS_RULES, ToolOutcome
 from fsm_agent.spec import MachineSpec, parse_machine
 
 REPLY_EXCERPT = 600
+#: What a tool returned, as the timeline shows it (the journal has all of it).
+OBSERVATION_EXCERPT = 400
 #: What Graphviz (and graphviz-pure, its port) draws with; anything else is refused.
 _SVG_TAGS = frozenset({"svg", "g", "title", "polygon", "polyline", "ellipse", "path", "text"})
 _PROLOG = re.compile(r"<\?xml.*?\?>|<!DOCTYPE[^>]*>|<!--.*?-->", re.DOTALL)
@@ -62,18 +67,26 @@ th, td { border: 1px solid var(--line); padding: .3rem .45rem; vertical-align: t
   text-align: left; overflow-wrap: anywhere; }
 th { background: #f3f4f6; } tr.halt-bad td { background: var(--bad-bg); }
 tr.halt-ok td { background: var(--ok-bg); }
-th, td.num, td.edge, .nowrap, ul.guards li { white-space: nowrap; } td.num { text-align: right; }
+th, td.num, td.edge, .nowrap { white-space: nowrap; } td.num { text-align: right; }
 ul.guards { list-style: none; margin: 0; padding: 0; } .muted { color: var(--muted); }
+ul.guards li { padding: 0 .3rem; border-radius: 3px; }
+li.g-ruled, li.g-ruled .t, li.g-ruled .f { color: var(--muted); font-weight: 400; }
+li.g-took { background: #dbeafe; } li.g-done { background: var(--ok-bg); font-weight: 700; }
+li.g-halt { background: #fecaca; color: var(--bad); font-weight: 700;
+  outline: 2px solid var(--bad); }
+li.g-took .t, li.g-took .f, li.g-done .t, li.g-done .f, li.g-halt .t, li.g-halt .f {
+  color: inherit; }
 figure { margin: .5rem 0; overflow-x: auto; border: 1px solid var(--line); border-radius: 6px;
   padding: .5rem; background: #eff6ff; }
-figure svg { display: block; width: 100%; height: auto; } figcaption { color: var(--muted); }
-#zoom:checked ~ figure svg { width: auto; max-width: none; } label { cursor: pointer; }
+figure svg { display: block; max-width: none; } figcaption { color: var(--muted); }
+#zoom:checked ~ figure svg { width: 100%; height: auto; }
+label { cursor: pointer; }
 @page { size: A4 landscape; margin: 12mm; }
 @media print {
   body { max-width: none; padding: 0; font-size: 9.5pt; }
   * { print-color-adjust: exact; -webkit-print-color-adjust: exact; }
   figure { overflow: visible; break-inside: avoid; } #zoom, #zoom + label { display: none; }
-  #zoom:checked ~ figure svg { width: 100%; }
+  figure svg { width: 100%; height: auto; }
   h2 { break-after: avoid; } tr, pre, dl.record { break-inside: avoid; }
 }
 """
@@ -130,7 +143,8 @@ def _receipts(receipts: Sequence[Receipt]) -> str:
     if not receipts:
         return '<span class="muted">no receipts</span>'
     return "<br>".join(
-        f'<span class="mono">{_esc(r.status)} {_esc(r.id or "(no id)")}</span>'
+        f'<span class="mono{"" if receipt_ok(r) else " bad"}">{_esc(r.status)}'
+        f" {_esc(r.id or '(no id)')}</span>"
         + (
             f' <span class="muted">key {_esc(r.idempotency_key)}</span>'
             if r.idempotency_key
@@ -147,7 +161,7 @@ def _halt_rows(rec: HaltRecord) -> list[tuple[str, str]]:
         ("terminal state", f"<code>{_esc(rec.terminal_state)}</code>"),
         ("steps used / max", f"{rec.steps_used} / {rec.max_steps}"),
         ("wall clock", f"{m.elapsed_ms} ms of {b.wall_clock_ms} ms"),
-        ("cost", f"${m.cost:.4f} of ${b.max_cost:.4f}"),
+        ("cost", f"{dollars(m.cost)} of {dollars(b.max_cost)}"),
         ("tool calls", f"{m.tool_calls} (retries {m.retries_used} of {b.max_retries})"),
         ("answer", _pre(rec.answer) or "—"),
     ]
@@ -214,8 +228,8 @@ def _diagram_section(spec: MachineSpec, run: RunRow, events: Sequence[Event]) ->
     )
     return (
         f'<section id="diagram"><h2>Machine <code>{_esc(spec.name)}</code> and the path taken'
-        '</h2><input type="checkbox" id="zoom"><label for="zoom"> reading size (labels '
-        "legible; scroll sideways)</label>"
+        '</h2><input type="checkbox" id="zoom"><label for="zoom"> fit to width (an overview;'
+        " by default the diagram is at reading size and scrolls sideways)</label>"
         f"<figure>{svg}<figcaption>{_esc(caption)}</figcaption></figure></section>"
     )
 
@@ -241,20 +255,35 @@ def _replay_section(report: ReplayReport) -> str:
     return f'<section id="replay"><h2>Replay verification</h2>{_dl(rows)}</section>'
 
 
-def _guards(spec: MachineSpec, guards: Sequence[GuardResult], on_entry: bool) -> str:
-    """Each guard evaluated, its result, and the candidate transition's dest."""
-    dests = [t.dest for t in spec.transitions]
+def _guard_item(g: GuardResult, what: str, css: str) -> str:
+    result = '<span class="t">true</span>' if g.result else '<span class="f">false</span>'
+    return f'<li class="{css}"><code>{_esc(g.guard)}</code> {result} <span>{_esc(what)}</span></li>'
 
-    def dest(g: GuardResult) -> str:
-        return dests[g.transition] if 0 <= g.transition < len(dests) else "?"
 
-    items = "".join(
-        f"<li><code>{_esc(g.guard)}</code> "
-        + ('<span class="t">true</span>' if g.result else '<span class="f">false</span>')
-        + f' <span class="muted">{_esc("on entry" if on_entry else "→ " + dest(g))}</span></li>'
-        for g in guards
-    )
-    return f'<ul class="guards">{items}</ul>' if items else ""
+def _guards(spec: MachineSpec, ev: Event) -> str:
+    """Each guard evaluated, coloured by what it did: the guards of the edge taken stand out
+    (red when that edge stopped the run, green when it completed it, blue otherwise); guards
+    of candidates ruled out are muted; the budget check on entry is muted unless it
+    tripped."""
+    taken = taken_transition(spec, ev)
+    by_index = {t.index: t for t in spec.transitions}
+    items = []
+    for g in ev.guards:
+        t = by_index.get(g.transition)
+        dest = t.dest if t is not None else "?"
+        if taken is not None and g.transition == taken.index:
+            if taken.halt is None:
+                items.append(_guard_item(g, f"→ {dest}: taken", "g-took"))
+            elif taken.halt is HaltReason.COMPLETED:
+                items.append(_guard_item(g, "completed the run", "g-done"))
+            else:
+                items.append(_guard_item(g, f"stopped the run: {taken.halt.value}", "g-halt"))
+        else:
+            items.append(_guard_item(g, f"→ {dest}: not taken", "g-ruled"))
+    for g in ev.check:
+        items.append(_guard_item(g, "budget tripped on entry" if g.result else "budget: ok",
+                                 "g-halt" if g.result else "g-ruled"))  # fmt: skip
+    return f'<ul class="guards">{"".join(items)}</ul>' if items else ""
 
 
 def _proposal(p: Proposal | None) -> str:
@@ -276,6 +305,9 @@ def _tool(t: ToolOutcome) -> str:
         f' <span class="muted">{_esc(t.duration_ms)} ms</span>',
         _pre(_excerpt(t.args)),
         _receipts(t.receipts),
+        f'<span class="muted">returned</span>{_pre(_excerpt(t.observation, OBSERVATION_EXCERPT))}'
+        if t.observation is not None
+        else "",
         _pre(t.error),
     ]
     return "".join(f"<div>{p}</div>" for p in parts if p)
@@ -308,7 +340,7 @@ def _row(spec: MachineSpec, ev: Event, verdict: str | None) -> str:
     halt = f"<br>{_badge('halt: ' + ev.halt.value, ev.dest == 'done')}" if ev.halt else ""
     retry = ' <span class="muted">(retry)</span>' if ev.retry else ""
     meters = "<br>".join(
-        (f"tool calls {m.tool_calls}", f"retries {m.retries_used}", f"${m.cost:.4f}",
+        (f"tool calls {m.tool_calls}", f"retries {m.retries_used}", dollars(m.cost),
          f"{m.elapsed_ms} ms")
     )  # fmt: skip
     replayed = _badge(verdict, verdict in ("match", "external")) if verdict else "—"
@@ -317,7 +349,7 @@ def _row(spec: MachineSpec, ev: Event, verdict: str | None) -> str:
         f'{tr}<td class="num">{_esc(ev.seq)}</td>'
         f'<td class="num">{_esc(m.steps_used)}/{_esc(b.max_steps)}</td>'
         f'<td class="edge">{_esc(edge)}{trigger}{retry}{halt}</td>'
-        f"<td>{_guards(spec, ev.guards, False)}{_guards(spec, ev.check, True)}</td>"
+        f"<td>{_guards(spec, ev)}</td>"
         f'<td>{_facts(ev)}</td><td class="mono nowrap">{meters}</td><td>{replayed}</td></tr>'
     )
 
@@ -336,8 +368,8 @@ def _timeline_section(spec: MachineSpec, events: Sequence[Event], report: Replay
 
 
 def _chain_badge(chain: ChainReport | None) -> str:
-    if chain is None:  # a run file: its chain was verified when it was read
-        return _badge("chain: verified on read", True)
+    if chain is None:  # the caller did not check it (the CLI always does)
+        return _badge("chain: not checked", False)
     if chain.ok:
         return _badge(f"chain: ok ({chain.events} events)", True)
     first = chain.findings[0]

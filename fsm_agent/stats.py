@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from fsm_agent.budgets import dollars
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import RunSummary, Store
@@ -164,26 +165,30 @@ def _percent(share: float) -> str:
     return f"{share * 100:.0f}%"
 
 
+_REASON_WIDTH = max(len(r.value) for r in HaltReason)
+
+
 def _reason_lines(m: MachineStats) -> list[str]:
-    lines = [f"  {'HALT REASON':<18}  {'RUNS':>5}  {'SHARE':>5}"]
+    w = _REASON_WIDTH
+    lines = [f"  {'HALT REASON':<{w}}  {'RUNS':>5}  {'SHARE':>5}"]
     for reason, count in m.halt_reasons.items():
-        lines.append(f"  {reason.value:<18}  {count:>5}  {_percent(count / m.halted):>5}")
+        lines.append(f"  {reason.value:<{w}}  {count:>5}  {_percent(count / m.halted):>5}")
     if m.running:
-        lines.append(f"  {'(running)':<18}  {m.running:>5}")
+        lines.append(f"  {'(running)':<{w}}  {m.running:>5}")
     return lines
 
 
 def _measure_lines(m: MachineStats) -> list[str]:
     measures = (
-        ("steps/max", m.steps_ratio, "{:.2f}"),
-        ("duration ms", m.duration_ms, "{:.0f}"),
-        ("cost", m.cost, "{:.4f}"),
+        ("steps/max", m.steps_ratio, "{:.2f}".format),
+        ("duration ms", m.duration_ms, "{:.0f}".format),
+        ("cost", m.cost, dollars),
     )
     lines = [f"  {'MEASURE':<12}  {'p50':>9}  {'p90':>9}  {'max':>9}  {'RUNS':>5}"]
     for label, dist, fmt in measures:
         if dist is None:
             continue
-        p50, p90, top = (fmt.format(v) for v in (dist.p50, dist.p90, dist.max))
+        p50, p90, top = (fmt(v) for v in (dist.p50, dist.p90, dist.max))
         lines.append(f"  {label:<12}  {p50:>9}  {p90:>9}  {top:>9}  {dist.count:>5}")
     return lines
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fsm_agent.budgets import dollars
 from fsm_agent.context import RunContext
 from fsm_agent.effects import pending_lines, pending_summary, receipt_problem
 from fsm_agent.grounding import ground
@@ -149,7 +150,7 @@ def _why(ctx: RunContext, reason: HaltReason, edge: TransitionSpec | None) -> st
     spent = {
         HaltReason.MAX_STEPS: f"step budget spent: {m.steps_used} of {b.max_steps} model calls",
         HaltReason.WALL_CLOCK: f"time budget spent: {m.elapsed_ms} ms of {b.wall_clock_ms} ms",
-        HaltReason.COST_CAP: f"money budget spent: ${m.cost:.4f} of ${b.max_cost:.4f}",
+        HaltReason.COST_CAP: f"money budget spent: {dollars(m.cost)} of {dollars(b.max_cost)}",
         HaltReason.THRASHING: f"the same tool call was proposed {ctx.repeats} times in a row"
         f" (limit {ctx.thrash_limit})",
     }

@@ -50,6 +50,11 @@ PROBE = """(() => {
     halt: halt ? halt.textContent : null,
     halt_in_first_screen: shown(halt) && halt.getBoundingClientRect().bottom < innerHeight,
     markup_as_text: document.body.innerText.includes(%s),
+    page_fits_width: document.documentElement.scrollWidth <= innerWidth,
+    chain_badge: [...document.querySelectorAll("header .badge")].map(b => b.textContent)
+      .filter(t => t.startsWith("chain"))[0] || null,
+    halting_guard_shown: shown(
+      document.querySelector("tr.halt-bad li.g-halt, tr.halt-ok li.g-done")),
   };
 })()"""
 
@@ -84,7 +89,7 @@ def graphviz() -> None:
 )
 @pytest.mark.usefixtures("graphviz")
 def test_the_report_opens_offline_shows_the_halt_and_runs_no_injected_script(
-    page: Page,
+    browser: Browser,
     tmp_path: Path,
     make_run: Callable[[Path], tuple[RunRow, list[Event]]],
     halt: str,
@@ -92,6 +97,7 @@ def test_the_report_opens_offline_shows_the_halt_and_runs_no_injected_script(
 ) -> None:
     row, events = make_run(tmp_path)
     report = write_report(incident_report(row, events), tmp_path / "incident.html")
+    page = browser.new_page(width=1280)  # the laptop width an on-call engineer reads it at
     page.open(report.as_uri())
     seen = page.evaluate(PROBE % json.dumps(shows))
     shot = page.screenshot(tmp_path / "incident.png")
@@ -110,6 +116,10 @@ def test_the_report_opens_offline_shows_the_halt_and_runs_no_injected_script(
         "halt": halt,
         "halt_in_first_screen": True,
         "markup_as_text": True,
+        "page_fits_width": True,  # at 1280 px: only the diagram scrolls, inside its frame
+        "chain_badge": "chain: not checked",  # the library call was given no chain verdict
+        # the guard that decided the halt stands out (a model's handoff request has none)
+        "halting_guard_shown": halt != "handoff_requested",
     }
     assert shot.stat().st_size > 10_000
     assert (tmp_path / "incident.pdf").read_bytes().startswith(b"%PDF")

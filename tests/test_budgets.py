@@ -217,3 +217,22 @@ def test_a_tripped_meter_stays_tripped_when_any_meter_grows(
         # growing a meter can only move the reason earlier in precedence, never clear it
         order = [HaltReason.WALL_CLOCK, HaltReason.COST_CAP, HaltReason.MAX_STEPS]
         assert order.index(after) <= order.index(before)
+
+
+@pytest.mark.parametrize(
+    ("amount", "shown"),
+    [
+        (0, "$0"),
+        (0.00005, "$0.00005"),
+        (1.0, "$1.00"),
+        (1.25, "$1.25"),
+        (0.1 + 0.2, "$0.30"),
+        (0.123456789, "$0.123457"),
+        (1e-9, "<$0.000001"),
+        (1234.5, "$1234.50"),
+    ],
+)
+def test_costs_are_shown_with_sensible_precision(amount: float, shown: str) -> None:
+    from fsm_agent.budgets import dollars
+
+    assert dollars(amount) == shown

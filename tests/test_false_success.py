@@ -61,6 +61,12 @@ def test_a_206_write_followed_by_done_is_not_completed(tmp_path: Path) -> None:
     shown = invoke("show", rid, "--db", str(tmp_path / "j.db"))
     assert "halted: side_effect_unknown (handoff)" in shown.output
     assert PENDING_CLOSE in shown.output
+    # what on-call looks for: each reply, each call with its arguments, receipts and result
+    assert 'reply: {"answer": "Done: ticket T-200 is closed."}' in shown.output
+    assert 'call: lookup_ticket({"ticket": "T-200"}) (read) -> returned' in shown.output
+    assert 'call: close_ticket({"ticket": "T-200"}) -> returned' in shown.output
+    assert "receipts: 206 (no id)" in shown.output
+    assert 'returned: {"status": 206}' in shown.output
     replayed = invoke("replay", rid, "--db", str(tmp_path / "j.db"))
     assert replayed.exit_code == 0, replayed.output
     assert "halt side_effect_unknown proven" in replayed.output

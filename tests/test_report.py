@@ -199,3 +199,34 @@ def test_write_report_writes_the_file_atomically(tmp_path: Path, hostile: str) -
     target = write_report(hostile, tmp_path / "out" / "incident.html")
     assert target.read_text(encoding="utf-8") == hostile
     assert [p.name for p in target.parent.iterdir()] == ["incident.html"]  # no temp file left
+
+
+def test_the_report_shows_what_on_call_needs_at_a_glance(tmp_path: Path) -> None:
+    """Tool observations, guards coloured by what they did, the run's frozen budgets in the
+    diagram's title, costs with sensible precision, incomplete receipts marked."""
+    from fsm_agent import ScriptedModel, run
+    from stores.sqlite import SqliteStore
+    from tests.fixture_tickets import new_tools
+
+    close = {"tool_call": {"name": "close_ticket", "args": {"ticket": "T-200"}}}
+    lookup = {"tool_call": {"name": "lookup_ticket", "args": {"ticket": "T-200"}}}
+    done = {"answer": "Done: ticket T-200 is closed."}
+    record = run(
+        "agent_loop", task="Close T-200", tools=new_tools(), store=tmp_path / "j.db",
+        model=ScriptedModel([lookup, close, done, done, done], cost_per_call=0.00005),
+        budgets={"max_steps": 7}, record_path=tmp_path / "r.json",
+    )  # fmt: skip
+    assert record.halt_reason == "side_effect_unknown"
+    store = SqliteStore(tmp_path / "j.db")
+    try:
+        page = incident_report(store.get_run(record.run_id), store.events(record.run_id))
+    finally:
+        store.close()
+    assert "Printer on fire" in page  # what lookup_ticket returned
+    assert "run budgets: max_steps 7" in page  # the frozen budgets, not the default 8
+    assert "$0.00025 of $1.00" in page  # five calls at $0.00005, not $0.0000
+    assert '<span class="mono bad">206 (no id)</span>' in page
+    halting = page.split("<tr ")[-1]
+    assert halting.count('class="g-halt"') == 1  # the guard that decided the halt
+    assert "stopped the run: side_effect_unknown" in halting
+    assert 'class="g-ruled"><code>not tool_allowed</code>' in page  # healthy: muted

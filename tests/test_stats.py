@@ -232,14 +232,14 @@ def test_the_text_tables_of_known_runs(known: SqliteStore) -> None:
     assert lines[0] == f"journal: {known.location}"
     for line in [
         "agent_loop: 6 run(s), 5 halted, 1 running",
-        "  HALT REASON          RUNS  SHARE",
-        "  max_steps               2    40%",
-        "  handoff_requested       2    40%",
-        "  completed               1    20%",
-        "  (running)               1",
+        "  HALT REASON           RUNS  SHARE",
+        "  max_steps                2    40%",
+        "  handoff_requested        2    40%",
+        "  completed                1    20%",
+        "  (running)                1",
         "  MEASURE             p50        p90        max   RUNS",
         "  steps/max          0.25       1.00       1.00      5",
-        "  cost             0.5000     1.0000     1.0000      5",
+        "  cost              $0.50      $1.00      $1.00      5",
         "  at the step cap (steps/max = 1.0): 2 of 5 halted (40%)",
         "payments_retry: 1 run(s), 1 halted, 0 running",
         "  at the step cap (steps/max = 1.0): 0 of 1 halted (0%)",
@@ -266,12 +266,12 @@ def test_the_text_table_in_full(timed: SqliteStore) -> None:
         f"journal: {timed.location}  since: 2001-02-01T00:00:00.000+00:00\n"
         "\n"
         "agent_loop: 3 run(s), 3 halted, 0 running\n"
-        "  HALT REASON          RUNS  SHARE\n"
-        "  max_steps               3   100%\n"
+        "  HALT REASON           RUNS  SHARE\n"
+        "  max_steps                3   100%\n"
         "  MEASURE             p50        p90        max   RUNS\n"
         "  steps/max          1.00       1.00       1.00      3\n"
         "  duration ms        1500      60000      60000      3\n"
-        "  cost             1.0000     2.0000     2.0000      3\n"
+        "  cost              $1.00      $2.00      $2.00      3\n"
         "  at the step cap (steps/max = 1.0): 3 of 3 halted (100%)\n"
         "  every halted run used its whole step budget: the cap may be too tight\n"
     )
