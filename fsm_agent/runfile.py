@@ -15,7 +15,6 @@ whose chain does not verify.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ import attrs
 
 from fsm_agent import serde
 from fsm_agent.chain import ChainLink, ChainReport, event_columns, verify_chain
+from fsm_agent.encoding import text_sha256
 from fsm_agent.errors import InvalidInputError, JournalError, RunNotFound
 from fsm_agent.journal import Event, RunRow, Store
 from fsm_agent.record import HaltRecord, atomic_write_text
@@ -89,12 +89,8 @@ class RunFile:
 # --- integrity --------------------------------------------------------------------------------
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def _machine_problems(rf: RunFile) -> Iterator[tuple[str, str]]:
-    digest = _sha256(rf.machine_text)
+    digest = text_sha256(rf.machine_text)
     if digest != rf.machine_sha256:
         yield (
             "$.machine_sha256",
