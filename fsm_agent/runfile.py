@@ -288,6 +288,8 @@ def _parse(text: str, source: str) -> Any:
         ) from exc
     except ValueError as exc:
         raise RunFileError(f"not valid JSON ({exc})", path=source) from exc
+    except RecursionError as exc:
+        raise RunFileError("not a run file: nested too deeply to read", path=source) from exc
 
 
 def _check_format(data: Any, source: str) -> None:
