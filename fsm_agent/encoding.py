@@ -15,13 +15,19 @@ of the journal must be total over it too. This module is that one policy:
   hostile reply cannot redraw what a reviewer reads.
 - **hashes** (`hash_bytes`): UTF-8 with surrogates passed through: the same bytes as plain
   UTF-8 for valid text (no existing hash changes) and distinct bytes for distinct text.
-- **the journal's own text columns** (`unencodable`): a task or a note the database cannot
-  store as text is refused up front with where it is, never half-written.
+- **JSON sent to a peer** (`wire_text`, `wire_json`): strict UTF-8 JSON that any parser
+  takes. Many refuse a lone surrogate even as an escape (a request holding one would fail
+  on every later call of the run), so it is sent as the text of its escape.
+- **the journal's own text columns** (`unencodable`): text the database cannot store as
+  text (a task given on a command line with a byte that is not UTF-8, a run file's edited
+  task) is refused up front saying where it is, never half-written.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import sys
 from typing import Any, Final, TextIO
 
@@ -33,6 +39,9 @@ FILE_ENCODING: Final = "utf-8"
 FILE_ERRORS: Final = "backslashreplace"
 
 _SURROGATES = range(0xD800, 0xE000)
+#: Two code points that UTF-16 would read as one character, and a surrogate left alone.
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+_LONE = re.compile("[\ud800-\udfff]")
 
 #: On a terminal: C0 controls but tab and newline, DEL, C1 controls, and the bidi overrides
 #: and isolates, each shown as its escape.
@@ -40,11 +49,6 @@ _CONTROLS: Final[dict[int, str]] = {
     **{c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (9, 10)},
     **{c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},
 }
-
-
-def file_bytes(text: str) -> bytes:
-    """`text` as a file holds it (see `FILE_ERRORS`); never raises."""
-    return text.encode(FILE_ENCODING, FILE_ERRORS)
 
 
 def hash_bytes(text: str) -> bytes:
@@ -56,6 +60,25 @@ def hash_bytes(text: str) -> bytes:
 def text_sha256(text: str) -> str:
     """The sha256 of `text` (a machine declaration) as hex, over `hash_bytes`."""
     return hashlib.sha256(hash_bytes(text)).hexdigest()
+
+
+def wire_text(value: Any) -> str:
+    """`value` as JSON text for a remote peer (`json.dumps` defaults; what is not JSON sent as
+    its `str`), with no lone surrogate: a pair held as two code points is joined into its
+    character (as an ASCII escape would have sent it), and a lone one becomes the text of its
+    escape (`\\ud800`, six characters)."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if text.isascii():
+        return text
+    text = _PAIR.sub(
+        lambda m: m.group().encode("utf-16-le", "surrogatepass").decode("utf-16-le"), text
+    )
+    return _LONE.sub(lambda m: f"\\\\u{ord(m.group()):04x}", text)
+
+
+def wire_json(value: Any) -> bytes:
+    """`value` as the UTF-8 bytes of a JSON request body (see `wire_text`)."""
+    return wire_text(value).encode("utf-8")
 
 
 def unencodable(text: str) -> str | None:
