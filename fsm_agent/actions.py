@@ -16,7 +16,7 @@ import attrs
 
 from fsm_agent import serde
 from fsm_agent.context import RunContext
-from fsm_agent.deadline import CallResult, call_with_deadline
+from fsm_agent.deadline import CallResult, call_with_deadline, error_text
 from fsm_agent.effects import settle
 from fsm_agent.errors import Interrupted
 from fsm_agent.guards import resolve_guard
@@ -119,7 +119,7 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
         error = f"model call failed: {fault.kind}: {fault.detail}"
         proposal = Rejection(kind=fault.rejection, detail=error)
     else:
-        error = f"model call failed: {type(call.error).__name__}: {call.error}"
+        error = f"model call failed: {error_text(call.error)}"
         proposal = Rejection(kind="empty_response", detail=error)
     ctx.repair, repaired = "none", None
     if (

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from fsm_agent.encoding import harden_streams
 from fsm_agent.errors import FsmAgentError, InvalidInputError
 from fsm_agent.halt import EXIT_INTERNAL_ERROR, EXIT_INVALID_INPUT
 from fsm_agent.journal import Store
@@ -45,6 +46,7 @@ def cli_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        harden_streams()  # any text a run holds can be printed (see fsm_agent.encoding)
         try:
             return fn(*args, **kwargs)
         except InvalidInputError as exc:

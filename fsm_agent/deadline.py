@@ -40,6 +40,16 @@ class CallResult:
     fate: str | None = None
 
 
+def error_text(exc: BaseException | None) -> str:
+    """`Type: message` for an exception an adapter raised, even one whose message cannot be
+    made (a raising `__str__`): how a failed call reads must not fail in turn."""
+    try:
+        message = str(exc)
+    except Exception as inner:
+        message = f"<its message cannot be read: {type(inner).__name__}>"
+    return f"{type(exc).__name__}: {message}"
+
+
 class ChildError(Exception):
     """An exception raised in a child process, carried back by type name and message."""
 

@@ -221,6 +221,8 @@ class ScriptedModel:
             raise AdapterError(f"cannot read script: {exc.strerror}", spec=spec) from exc
         except ValueError as exc:
             raise AdapterError(f"script is not valid JSON: {exc}", spec=spec) from exc
+        except RecursionError as exc:
+            raise AdapterError("script is nested too deeply to read", spec=spec) from exc
         cost = 0.0
         if isinstance(data, dict):
             cost = data.get("cost_per_call", 0.0)

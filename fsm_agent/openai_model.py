@@ -17,7 +17,6 @@ advertised tools, strict reading of replies) is in `fsm_agent.openai_wire`.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import re
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 import attrs
 
+from fsm_agent.encoding import wire_json
 from fsm_agent.errors import AdapterError
 from fsm_agent.lanes import Lane, LaneTier
 from fsm_agent.models import ModelCallFailed, ModelReply, Prompt, RejectionKind
@@ -210,7 +210,7 @@ class OpenAIChatModel:
         self._wait_out_rate_limit(wall)
         budget = max(0.001, deadline - time.monotonic())
         timeout = httpx.Timeout(budget, connect=min(self.endpoint.connect_timeout_s, budget))
-        request = json.dumps(self.request_body(prompt), default=str).encode("utf-8")
+        request = wire_json(self.request_body(prompt))
         try:
             status, reason, headers, body = self._post(request, timeout, deadline)
         except httpx.TimeoutException as exc:

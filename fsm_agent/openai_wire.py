@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any
 
+from fsm_agent.encoding import wire_text
 from fsm_agent.models import Prompt
 
 #: The rules every request carries as its system message.
@@ -48,7 +49,7 @@ def build_messages(prompt: Prompt) -> list[dict[str, Any]]:
             pending = None
         if isinstance(call, dict):
             call_id = f"call_{n}"
-            arguments = json.dumps(call.get("args", {}), default=str)
+            arguments = wire_text(call.get("args", {}))
             function = {"name": str(call.get("name")), "arguments": arguments}
             messages.append(
                 {
@@ -66,7 +67,7 @@ def build_messages(prompt: Prompt) -> list[dict[str, Any]]:
             note = (
                 content if content is not None else {k: v for k, v in entry.items() if k != "role"}
             )
-            text = note if isinstance(note, str) else json.dumps(note, default=str)
+            text = note if isinstance(note, str) else wire_text(note)
             messages.append({"role": "user", "content": f"[{role or 'note'}] {text}"})
     if pending is not None:
         messages.append(_tool_result(pending[0], {"note": "no result was recorded"}))
@@ -74,7 +75,7 @@ def build_messages(prompt: Prompt) -> list[dict[str, Any]]:
 
 
 def _tool_result(call_id: str, result: Any) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(result, default=str)}
+    return {"role": "tool", "tool_call_id": call_id, "content": wire_text(result)}
 
 
 def advertised_tools(prompt: Prompt) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from fsm_agent import serde
-from fsm_agent.deadline import CallResult, ChildError
+from fsm_agent.deadline import CallResult, ChildError, error_text
 from fsm_agent.proposals import MAX_REPLY_BYTES, MAX_REPLY_CHARS, json_problem
 from fsm_agent.receipts import Receipt
 from fsm_agent.snapshot import Receipted, ToolOutcome
@@ -138,7 +138,7 @@ def _outcome(name: str, args: dict[str, Any], call: CallResult) -> ToolOutcome:
             duration_ms=ms,
             status="failed",
             retryable=retryable,
-            error=f"{type(err).__name__}: {err}",
+            error=error_text(err),
         )
     try:
         result = to_result(call.value)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from fsm_agent.budgets import make_budgets
+from fsm_agent.encoding import refuse_unencodable
 from fsm_agent.errors import (
     InvalidInputError,
     MachineSpecError,
@@ -47,6 +48,7 @@ def submit(
     spec = load_machine(machine)
     if not isinstance(task, str) or not task.strip():
         raise InvalidInputError("task must be a non-empty string")
+    refuse_unencodable("the task", task)
     job = Job(
         run_id=run_id or uuid.uuid4().hex[:12],
         machine=_reference(machine),

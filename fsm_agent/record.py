@@ -17,6 +17,7 @@ import attrs
 
 from fsm_agent import serde
 from fsm_agent.budgets import Budgets, Meters
+from fsm_agent.encoding import FILE_ENCODING, FILE_ERRORS
 from fsm_agent.halt import HaltReason
 from fsm_agent.receipts import Receipt
 
@@ -116,13 +117,14 @@ def record_json(record: HaltRecord) -> str:
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write `text` atomically: temp file in the same directory, fsync, rename, fsync the
-    directory. A reader sees the old file or the whole new one, never a torn one."""
+    directory. A reader sees the old file or the whole new one, never a torn one. Encoded as
+    every file is (`fsm_agent.encoding`): any text a run holds can be written."""
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding=FILE_ENCODING, errors=FILE_ERRORS) as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

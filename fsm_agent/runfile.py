@@ -15,7 +15,6 @@ whose chain does not verify.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ import attrs
 
 from fsm_agent import serde
 from fsm_agent.chain import ChainLink, ChainReport, event_columns, verify_chain
+from fsm_agent.encoding import text_sha256, unencodable
 from fsm_agent.errors import InvalidInputError, JournalError, RunNotFound
 from fsm_agent.journal import Event, RunRow, Store
 from fsm_agent.record import HaltRecord, atomic_write_text
@@ -89,12 +89,8 @@ class RunFile:
 # --- integrity --------------------------------------------------------------------------------
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def _machine_problems(rf: RunFile) -> Iterator[tuple[str, str]]:
-    digest = _sha256(rf.machine_text)
+    digest = text_sha256(rf.machine_text)
     if digest != rf.machine_sha256:
         yield (
             "$.machine_sha256",
@@ -143,11 +139,29 @@ def _record_problems(rf: RunFile) -> Iterator[tuple[str, str]]:
         yield "$.record.machine_sha256", "record.machine_sha256 differs from machine_sha256"
 
 
+#: The run row's and an event's fields a journal stores as text (not as ASCII JSON).
+_RUN_TEXT = ("run_id", "machine", "machine_sha256", "machine_text", "task", "state", "status",
+             "started_at", "ended_at", "host")  # fmt: skip
+_EVENT_TEXT = ("run_id", "kind", "wall_time", "source", "dest", "trigger", "note", "control")
+
+
+def _text_problems(rf: RunFile) -> Iterator[tuple[str, str]]:
+    """Text no journal can store (a lone surrogate, which no live run writes there)."""
+    fields = [(f"$.run.{name}", getattr(rf.run, name)) for name in _RUN_TEXT]
+    fields.append(("$.machine_text", rf.machine_text))
+    for i, event in enumerate(rf.events):
+        fields += [(f"$.events[{i}].{name}", getattr(event, name)) for name in _EVENT_TEXT]
+    for key, value in fields:
+        why = unencodable(value) if isinstance(value, str) else None
+        if why is not None:
+            yield key, f"a journal cannot store this text: {why}"
+
+
 def first_problem(run_file: RunFile) -> tuple[str, str] | None:
     """The first integrity problem of a run file as (JSON path, message), or None."""
     if run_file.format != RUN_FILE_FORMAT:
         return "$.format", f"format {run_file.format!r} is not {RUN_FILE_FORMAT!r}"
-    for problems in (_machine_problems, _event_problems, _record_problems):
+    for problems in (_machine_problems, _event_problems, _record_problems, _text_problems):
         found = next(problems(run_file), None)
         if found is not None:
             return found
@@ -274,6 +288,8 @@ def _parse(text: str, source: str) -> Any:
         ) from exc
     except ValueError as exc:
         raise RunFileError(f"not valid JSON ({exc})", path=source) from exc
+    except RecursionError as exc:
+        raise RunFileError("not a run file: nested too deeply to read", path=source) from exc
 
 
 def _check_format(data: Any, source: str) -> None:

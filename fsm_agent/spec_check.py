@@ -4,13 +4,13 @@ budget, at load time, each error with the file, line and key path (see `fsm_agen
 
 from __future__ import annotations
 
-import hashlib
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
 from fsm_agent.budgets import BUDGET_NAMES, check_budget
 from fsm_agent.effects import RECEIPTS_GUARD
+from fsm_agent.encoding import text_sha256
 from fsm_agent.errors import BudgetError
 from fsm_agent.guards import UnknownGuard, resolve_guard
 from fsm_agent.halt import BUDGET_EXHAUSTED, TERMINAL_STATE, TERMINAL_STATES, HaltReason
@@ -73,7 +73,7 @@ class Validator:
             name=name,
             source=self.source,
             text=text,
-            sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            sha256=text_sha256(text),
             description=str(d.get("description") or ""),
             initial=initial,
             states=states,

@@ -21,6 +21,7 @@ import attrs
 from fsm_agent.actions import ask_judge, perform, success_possible
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.context import Clock, RunContext
+from fsm_agent.encoding import refuse_unencodable
 from fsm_agent.errors import (
     HaltPathRefused,
     Interrupted,
@@ -91,6 +92,7 @@ def run(
     spec = load_machine(machine) if isinstance(machine, str) else machine
     if not isinstance(task, str) or not task.strip():
         raise InvalidInputError("task must be a non-empty string")
+    refuse_unencodable("the task", task)
     frozen = make_budgets(spec.budgets, budgets)
     declared_policy = spec.policy_path()
     if control is None and declared_policy is not None:
