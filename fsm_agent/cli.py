@@ -105,7 +105,7 @@ def _summary(record: HaltRecord) -> str:
     "--policy",
     "policy_path",
     type=click.Path(dir_okay=False),
-    help="Halt policy file (seed 000's halt-policy.yml); checked strictly, fails closed.",
+    help="Halt policy file (halt-policy.yml); checked strictly, fails closed.",
 )
 @click.option(
     "--record",
@@ -297,7 +297,7 @@ def validate(machine: str) -> None:
 )
 @cli_errors
 def demo(db: str, records_dir: str | None) -> None:
-    """Run every example scenario from the seeds and print how each one halted."""
+    """Run every example scenario and print how each one halted."""
     from examples.scenarios import SCENARIOS, run_scenario
 
     with contextlib_tempdir(records_dir) as folder, journal_store(db) as store:

@@ -255,7 +255,7 @@ def report_(source: str, output: str, db: str) -> None:
 )
 @cli_errors
 def lint(machine: str, policy_path: str | None, tools_module: str | None, fmt: str) -> None:
-    """Check a declaration and a halt policy for seed 000's red flags before deploy; print
+    """Check a declaration and a halt policy for the halt path's red flags before deploy; print
     findings like a linter (`file:line: CODE …`); exit 1 on any finding."""
     from fsm_agent.lint import format_findings, lint_paths
     from fsm_agent.policy import default_policy_path
