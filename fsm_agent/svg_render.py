@@ -6,7 +6,7 @@ x86_64 and aarch64, macOS and Windows), draws the SVG by default: nothing beyond
 gives the same bytes on every machine. Graphviz's own `dot` on PATH is used only where
 graphviz-pure is not installed (a platform it has no wheel for); its SVG depends on the
 Graphviz version and the system's fonts. Either way one machine gives the same bytes for
-the same DOT, and both draw with the same few SVG elements (see `report.safe_svg`).
+the same DOT, and both draw with the same few SVG elements (see `report_html.safe_svg`).
 """
 
 from __future__ import annotations
