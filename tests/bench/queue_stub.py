@@ -14,7 +14,7 @@ from fsm_agent import Prompt, Receipt, ToolRegistry, ToolResult
 TOOLS = ToolRegistry()
 
 
-@TOOLS.tool(idempotent=True)
+@TOOLS.tool(idempotent=True, side_effect=False)
 def lookup(step: int, of: int) -> ToolResult:
     """Row `step` of `of`; the last one is receipted and carries the goal."""
     last = step >= of

@@ -59,7 +59,8 @@ class StubModel:
 
 
 def stub_tools(workload: Workload, isolation: Isolation = "thread") -> ToolRegistry:
-    """The workload's tool as a registry: returns at once; the last result is receipted."""
+    """The workload's tool (a read) as a registry: returns at once; the last result is
+    receipted."""
 
     def lookup(step: int) -> ToolResult:
         data = workload.result(step)
@@ -69,7 +70,7 @@ def stub_tools(workload: Workload, isolation: Isolation = "thread") -> ToolRegis
             final=data["final"],
         )
 
-    return ToolRegistry((Tool(name=TOOL, fn=lookup, isolation=isolation),))
+    return ToolRegistry((Tool(name=TOOL, fn=lookup, isolation=isolation, side_effect=False),))
 
 
 def budgets_for(workload: Workload) -> dict[str, int]:
