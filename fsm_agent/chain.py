@@ -1,181 +1,200 @@
 """The hash chain: what makes an edited journal show.
 
-Each event's hash is sha256 over the previous event's hash and the event's canonical bytes;
-the first event's "previous hash" is the genesis hash of its run (run id, machine and its
-hash, task, frozen budgets, start time), so editing the run row breaks the chain too. The
-run's head hash (the newest event's) is kept beside the run, so a truncated tail shows.
+Each event's hash is a digest over the previous event's hash and the event's canonical
+bytes; the first event's "previous hash" is the genesis of its run (run id, machine and its
+hash, task, frozen budgets, start time, chain mode), so editing the run row breaks the chain
+too. The run's head hash (the newest event's) is kept beside the run, so a truncated tail
+shows; the halt record is sealed onto that head in the same write that stores it. How the
+digests are made (sha256, or HMAC-SHA256 under a key the journal does not hold) is in
+`fsm_agent.chain_hash`; the checks of the row and the record against the chain in
+`fsm_agent.chain_row`.
 
 The canonical bytes are the event's stored column texts, in a fixed order, as one JSON
 array — the same for every store and for export files. The sequence number is not hashed:
 order is what the links prove, and leaving it out lets `verify_chain` tell an inserted, a
 deleted and a reordered event apart.
 
-A chain proves the journal was not edited by someone who could not also recompute every
-hash after the edit and the head. Against that stronger adversary, anchor the head outside
-the database: the halt record file carries it (`journal_head`).
+An unkeyed chain proves the journal was not edited by someone who could not also recompute
+every hash after the edit, the head and the seal. A keyed chain proves it against anyone
+who does not hold the key. Against an adversary with the key, or one who deletes whole
+runs, anchor the head outside the database: the halt record file carries it
+(`journal_head`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
-from typing import Any, Final, Literal
+from typing import Literal
 
 import attrs
 
-from fsm_agent import serde
-from fsm_agent.journal import Event, RunRow, Store
+from fsm_agent import chain_row
+from fsm_agent.chain_hash import CHAIN_FORMAT as CHAIN_FORMAT
+from fsm_agent.chain_hash import ChainLink as ChainLink
+from fsm_agent.chain_hash import ChainMode, ChainModeError, key_id, parse_mode
+from fsm_agent.chain_hash import Mode as Mode
+from fsm_agent.chain_hash import event_columns as event_columns
+from fsm_agent.chain_hash import genesis as genesis
+from fsm_agent.chain_hash import link as link
+from fsm_agent.findings import MEANING as MEANING
+from fsm_agent.findings import Finding as Finding
+from fsm_agent.findings import Findings
+from fsm_agent.findings import TamperKind as TamperKind
+from fsm_agent.journal import RunRow, Store
+from fsm_agent.record import HaltRecord
 
-CHAIN_FORMAT: Final = "fsm-agent/chain/1"
-
-TamperKind = Literal[
-    "edited", "deleted", "inserted", "reordered", "truncated", "run_edited", "unchained"
-]
-
-#: What each kind of finding means, for people reading `fsm-agent verify`.
-MEANING: Final = {
-    "edited": "the event's bytes do not match its hash (its payload was changed)",
-    "deleted": "an event is missing here (deleted)",
-    "inserted": "this event is not in the chain (inserted)",
-    "reordered": "events are out of chain order (reordered)",
-    "truncated": "the run's head hash names an event that is not there (tail truncated)",
-    "run_edited": "the run row (task, budgets, machine or start) does not match the chain",
-    "unchained": "the event carries no hash (written before the chain, or its hash removed)",
-}
-
-
-def event_columns(e: Event) -> tuple[Any, ...]:
-    """The stored columns of an event, in schema order (run_id and seq first); a store
-    keeps these exact values (and hashes them with `link`)."""
-    return (
-        e.run_id,
-        e.seq,
-        e.kind,
-        e.at_ms,
-        e.wall_time,
-        e.source,
-        e.dest,
-        e.trigger,
-        None if e.halt is None else e.halt.value,
-        int(e.retry),
-        serde.dumps_compact(e.guards),
-        serde.dumps_compact(e.check),
-        serde.dumps_compact(e.snapshot),
-        None if e.facts is None else serde.dumps_compact(e.facts),
-        e.note,
-        e.control,
-    )
-
-
-def _sha(data: str) -> str:
-    return hashlib.sha256(data.encode("ascii")).hexdigest()
-
-
-def genesis(run: RunRow) -> str:
-    """The 'previous hash' of a run's first event: a hash of what the run row freezes."""
-    header = [
-        CHAIN_FORMAT,
-        run.run_id,
-        run.machine,
-        run.machine_sha256,
-        run.task,
-        serde.unstructure(run.budgets),
-        run.started_at,
-    ]
-    return _sha(json.dumps(header, sort_keys=True, separators=(",", ":")))
-
-
-def link(prev: str, columns: Sequence[Any]) -> str:
-    """The hash of one event: its predecessor's hash and its stored columns after the
-    (run_id, seq) key. ASCII JSON, so any text (lone surrogates included) hashes."""
-    body = json.dumps(list(columns[2:]), separators=(",", ":"), allow_nan=False)
-    return _sha(f"{prev}\n{body}")
-
-
-@attrs.frozen
-class ChainLink:
-    """One stored event as the chain sees it: its key, its columns, and its two hashes."""
-
-    seq: int
-    columns: tuple[Any, ...]
-    prev_hash: str | None
-    hash: str | None
-
-
-@attrs.frozen
-class Finding:
-    """One kind of tampering, at the first sequence number it shows."""
-
-    kind: TamperKind
-    seq: int
-    detail: str
+#: What a run's halt record is to its chain: sealed onto it, journaled before records were
+#: sealed, or not there (the run has not halted).
+RecordCover = Literal["sealed", "not_sealed", "none"]
+KEY_HINT = "set FSM_AGENT_CHAIN_KEY or FSM_AGENT_CHAIN_KEY_FILE, or give --key-file"
 
 
 @attrs.frozen
 class ChainReport:
-    """The verdict on one run's chain: clean when there are no findings."""
+    """The verdict on one run's chain: clean when it was checked and there are no findings.
+
+    `mode` is how the run was chained (`unkeyed` or `keyed`); `checked` is False for a keyed
+    run verified without its key (then only what needs no key was checked, and it is never
+    ok); `record` says whether the halt record is sealed onto the chain; `notes` say what
+    was not checked, and why, without being findings.
+    """
 
     run_id: str
     events: int
     head_hash: str | None
     findings: tuple[Finding, ...]
+    mode: Mode = "unkeyed"
+    version: int = 2
+    checked: bool = True
+    record: RecordCover = "none"
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return not self.findings
+        return self.checked and not self.findings
 
     def verdict(self) -> str:
-        """One line for every review artifact: `chain: ok (N events)`, or the first bad
-        seq and what was done there."""
-        if self.ok:
-            return f"chain: ok ({self.events} events, head {(self.head_hash or '')[:12]})"
-        first = self.findings[0]
-        more = f" (and {len(self.findings) - 1} more findings)" if len(self.findings) > 1 else ""
-        return (
-            f"chain: DOES NOT VERIFY at seq {first.seq}: {first.kind}: {first.detail}{more}"
-            f" — see `fsm-agent verify {self.run_id}`"
-        )
+        """One line for every review artifact: `chain: ok (N events, head …, unkeyed)`, that
+        a keyed chain was not checked, or the first bad seq and what was done there."""
+        if self.findings:
+            first = self.findings[0]
+            n = len(self.findings) - 1
+            more = f" (and {n} more finding{'s' if n > 1 else ''})" if n else ""
+            where = f" ({first.field})" if first.field else ""
+            return (
+                f"chain: DOES NOT VERIFY at seq {first.seq}: {first.kind}{where}:"
+                f" {first.detail}{more} — see `fsm-agent verify {self.run_id}`"
+            )
+        if not self.checked:
+            return f"chain: keyed: key not given, chain not checked ({KEY_HINT})"
+        unsealed = "; halt record not sealed (older journal)" if self.record == "not_sealed" else ""
+        head = (self.head_hash or "")[:12]
+        return f"chain: ok ({self.events} events, head {head}, {self.mode}{unsealed})"
 
 
-def verify_chain(run: RunRow, links: Sequence[ChainLink], head_hash: str | None) -> ChainReport:
-    """Check one run's chain; report the first sequence number of each kind of tampering."""
-    flag = _Findings()
-    start = genesis(run)
-    hashes = [x.hash for x in links]
-    for i, x in enumerate(links):
-        if x.hash is None or x.prev_hash is None:
-            flag("unchained", x.seq)
-            continue
-        if link(x.prev_hash, x.columns) != x.hash:
-            flag("edited", x.seq)
-        before = start if i == 0 else links[i - 1].hash
-        if x.prev_hash != before:
-            _classify_break(flag, links, i, start, hashes)
+def verify_chain(
+    run: RunRow,
+    links: Sequence[ChainLink],
+    head_hash: str | None,
+    *,
+    key: bytes | None = None,
+    record_file: tuple[HaltRecord, str] | None = None,
+) -> ChainReport:
+    """Check one run's chain, its row and its halt record; report the first sequence number
+    (and field) of each kind of tampering. A keyed run needs `key`: without it only what
+    needs no key is checked, and the report is not ok. `record_file` (a record and where it
+    came from) is checked against the journal's record too."""
+    flag, notes = Findings(), list[str]()
+    checked, use, can_hash = True, None, True
+    try:
+        mode = parse_mode(run.chain)
+    except ChainModeError as exc:  # no hash can be recomputed: the mode is unknown
+        flag("run_edited", 0, f"runs.chain: {exc}: the run row was edited", "runs.chain")
+        mode, can_hash = ChainMode(2), False
+    if mode.key_id is not None:
+        if key is None:
+            checked = False
+        elif key_id(key) != mode.key_id:
+            flag(
+                "wrong_key",
+                0,
+                f"the run was chained with key id {mode.key_id}; the key"
+                f" given has id {key_id(key)}: nothing that needs the key was checked",
+            )
+        else:
+            use = key
+        can_hash = use is not None
+    _check_links(flag, run, links, use, can_hash)
     _check_numbering(flag, links)
     _check_head(flag, links, head_hash)
     anchor = None if run.record is None else run.record.journal_head
     if anchor is not None and anchor != head_hash:
         _check_head(flag, links, anchor)
-    return ChainReport(run.run_id, len(links), head_hash, flag.ordered())
+    chain_row.check_machine(run, flag)
+    chain_row.check_summary(run, links, head_hash, flag, notes)
+    chain_row.check_seal(run, links, head_hash, mode, use, can_hash, flag, notes)
+    if record_file is not None:
+        record, source = record_file
+        chain_row.check_record_file(
+            record, run, links, head_hash, use, can_hash, flag, notes, source=source
+        )
+    if not checked:
+        notes.insert(
+            0,
+            f"keyed (key id {mode.key_id}): key not given, so the hashes were"
+            f" not checked ({KEY_HINT})",
+        )
+    cover: RecordCover = "none"
+    if run.record is not None:
+        cover = "not_sealed" if run.record_hash is None and not mode.sealed else "sealed"
+    return ChainReport(
+        run.run_id,
+        len(links),
+        head_hash,
+        flag.ordered(),
+        mode=mode.mode,
+        version=mode.version,
+        checked=checked,
+        record=cover,
+        notes=tuple(notes),
+    )
 
 
-class _Findings:
-    """The first finding of each kind."""
+def _check_links(
+    flag: Findings, run: RunRow, links: Sequence[ChainLink], key: bytes | None, can_hash: bool
+) -> None:
+    """Each event's hash and its link to the one before (and the first's to the genesis).
+    Without the run's key only the links between stored hashes are checked."""
+    start = genesis(run, key) if can_hash else None
+    hashes = [x.hash for x in links]
+    for i, x in enumerate(links):
+        if x.hash is None or x.prev_hash is None:
+            flag("unchained", x.seq)
+            continue
+        if can_hash and link(x.prev_hash, x.columns, key) != x.hash:
+            flag("edited", x.seq)
+        if i == 0 and not can_hash:
+            continue
+        before = start if i == 0 else links[i - 1].hash
+        if x.prev_hash != before:
+            _classify_break(flag, links, i, start, hashes)
 
-    def __init__(self) -> None:
-        self.first: dict[TamperKind, Finding] = {}
-        self.moved: set[int] = set()  # positions of events found out of chain order
 
-    def __call__(self, kind: TamperKind, seq: int, detail: str = "") -> None:
-        self.first.setdefault(kind, Finding(kind, seq, detail or MEANING[kind]))
-
-    def ordered(self) -> tuple[Finding, ...]:
-        return tuple(sorted(self.first.values(), key=lambda f: (f.seq, f.kind)))
+def require_keyed(report: ChainReport) -> ChainReport:
+    """`report`, failing when the run is not keyed (`fsm-agent verify --require-keyed`): an
+    insider without the key could rewrite a keyed run as an unkeyed one."""
+    if report.mode == "keyed":
+        return report
+    finding = Finding("not_keyed", 0, MEANING["not_keyed"], "runs.chain")
+    return attrs.evolve(report, findings=(finding, *report.findings))
 
 
 def _classify_break(
-    flag: _Findings, links: Sequence[ChainLink], i: int, start: str, hashes: list[str | None]
+    flag: Findings,
+    links: Sequence[ChainLink],
+    i: int,
+    start: str | None,
+    hashes: list[str | None],
 ) -> None:
     """Event i does not link to the event before it: say what most likely happened."""
     x = links[i]
@@ -197,7 +216,7 @@ def _classify_break(
         )
 
 
-def _check_numbering(flag: _Findings, links: Sequence[ChainLink]) -> None:
+def _check_numbering(flag: Findings, links: Sequence[ChainLink]) -> None:
     expected = 0
     for x in links:
         if x.seq > expected:
@@ -205,7 +224,7 @@ def _check_numbering(flag: _Findings, links: Sequence[ChainLink]) -> None:
         expected = x.seq + 1
 
 
-def _check_head(flag: _Findings, links: Sequence[ChainLink], head_hash: str | None) -> None:
+def _check_head(flag: Findings, links: Sequence[ChainLink], head_hash: str | None) -> None:
     if not links:
         flag("truncated", 0, "the run has no events at all")
         return
@@ -222,7 +241,15 @@ def _check_head(flag: _Findings, links: Sequence[ChainLink], head_hash: str | No
         flag("truncated", last.seq + 1)
 
 
-def verify_run(store: Store, run_id: str) -> ChainReport:
-    """Check the chain of one run in a journal (its stored bytes, not decoded)."""
+def verify_run(
+    store: Store,
+    run_id: str,
+    *,
+    key: bytes | None = None,
+    record_file: tuple[HaltRecord, str] | None = None,
+) -> ChainReport:
+    """Check the chain of one run in a journal (its stored bytes, not decoded), with `key`
+    or else the store's own (`chain_key`, from the environment)."""
     run, links, head = store.chain(run_id)
-    return verify_chain(run, links, head)
+    key = key if key is not None else getattr(store, "chain_key", None)
+    return verify_chain(run, links, head, key=key, record_file=record_file)

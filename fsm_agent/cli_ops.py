@@ -12,6 +12,8 @@ import click
 
 from fsm_agent import serde
 from fsm_agent.chain import ChainReport, verify_run
+from fsm_agent.chain import require_keyed as require_keyed_chain
+from fsm_agent.chain_key import key_from_env, read_key_file
 from fsm_agent.cli import cli, finish, paused_or, progress_line
 from fsm_agent.cli_options import (
     cli_errors,
@@ -24,49 +26,120 @@ from fsm_agent.cli_options import (
 )
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.models import ModelAdapter
-from fsm_agent.record import DEFAULT_RECORD_PATH
+from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, read_record
 from fsm_agent.runfile import read_run_file, verify_run_file
 from fsm_agent.tools import ToolRegistry, load_tools
 
 
-def _verify_reports(source: str | None, all_runs: bool, db: str) -> list[ChainReport]:
+def _read_record(path: str) -> HaltRecord:
+    """A halt record file for `verify --record` (strict: an unknown field is refused)."""
+    try:
+        return read_record(path)
+    except OSError as exc:
+        raise InvalidInputError(f"{path}: cannot read the halt record ({exc.strerror})") from exc
+    except Exception as exc:
+        why = serde.error_path(exc) if not isinstance(exc, ValueError) else str(exc)
+        raise InvalidInputError(f"{path}: not a halt record ({why})") from exc
+
+
+def _verify_reports(
+    source: str | None, all_runs: bool, db: str, key: bytes | None, record_path: str | None
+) -> list[ChainReport]:
     if source is not None and all_runs:
         raise InvalidInputError("give a RUN_ID or FILE, or --all, not both")
+    record_file = None
+    if record_path is not None:
+        if all_runs:
+            raise InvalidInputError("--record checks the one run it is of: give it without --all")
+        record = _read_record(record_path)
+        record_file = (record, record_path)
+        source = record.run_id if source is None else source
     if source is not None and (source.endswith(".json") or Path(source).is_file()):
-        return [verify_run_file(read_run_file(source, checked=False))]
+        run_file = read_run_file(source, checked=False)
+        _same_run(record_file, run_file.run.run_id, source)
+        return [verify_run_file(run_file, key=key, record_file=record_file)]
     if source is None and not all_runs:
-        raise InvalidInputError("give a RUN_ID, a run FILE, or --all")
+        raise InvalidInputError("give a RUN_ID, a run FILE, or --all (or --record FILE)")
     with journal_store(db, must_exist=True) as store:
         ids = store.run_ids() if source is None else [source]
-        return [verify_run(store, run_id) for run_id in ids]
+        _same_run(record_file, ids[0] if ids else "", source or "")
+        return [verify_run(store, run_id, key=key, record_file=record_file) for run_id in ids]
+
+
+def _same_run(record_file: tuple[HaltRecord, str] | None, run_id: str, source: str) -> None:
+    if record_file is not None and record_file[0].run_id != run_id:
+        record, path = record_file
+        raise InvalidInputError(f"{path} is the record of run {record.run_id}, not of {source}")
+
+
+def _echo_report(r: ChainReport) -> None:
+    if r.ok:
+        click.echo(f"ok        {r.run_id}  {r.events} events  head {r.head_hash}  {r.mode}")
+    elif not r.findings:
+        click.echo(f"UNCHECKED {r.run_id}  {r.events} events  keyed: key not given, chain not"
+                   " checked")  # fmt: skip
+    else:
+        click.echo(f"TAMPERED  {r.run_id}  {r.events} events  {r.mode}")
+        for f in r.findings:
+            click.echo(f"  {f.line()}")
+    for note in r.notes:
+        click.echo(f"  note: {note}")
 
 
 @cli.command()
 @click.argument("source", required=False)
 @click.option("--all", "all_runs", is_flag=True, help="Verify every run in the journal.")
+@click.option(
+    "--record",
+    "record_path",
+    type=click.Path(dir_okay=False),
+    help="Check this halt record file against its run's sealed record (the run is the"
+    " record's own unless RUN_ID or FILE is given).",
+)
+@click.option(
+    "--key-file",
+    type=click.Path(dir_okay=False),
+    help="Check keyed chains with the key in this file (default: $FSM_AGENT_CHAIN_KEY, or"
+    " the file $FSM_AGENT_CHAIN_KEY_FILE names).",
+)
+@click.option("--require-keyed", is_flag=True, help="Fail every run whose chain is not keyed.")
 @db_option
 @json_option
 @cli_errors
-def verify(source: str | None, all_runs: bool, db: str, as_json: bool) -> None:
-    """Check the hash chain of a run (RUN_ID or an exported FILE), or of --all runs.
+def verify(
+    source: str | None,
+    all_runs: bool,
+    record_path: str | None,
+    key_file: str | None,
+    require_keyed: bool,
+    db: str,
+    as_json: bool,
+) -> None:
+    """Check the hash chain of a run (RUN_ID or an exported FILE), or of --all runs: its
+    events, its row, its declaration and its sealed halt record (and --record FILE).
 
-    Reports the first sequence number of each kind of tampering (edited, deleted, inserted,
-    reordered, truncated, run_edited, unchained); exit 1 if any run fails.
+    Reports the first sequence number (and field) of each kind of tampering: edited,
+    deleted, inserted, reordered, truncated, run_edited, unchained, machine_edited,
+    record_edited, summary_edited, record_missing, wrong_key (and not_keyed with
+    --require-keyed). Says which mode each run was chained in (unkeyed or keyed); a keyed
+    run checked without its key is not checked, never ok. Exit 1 if any run is not ok.
     """
-    reports = _verify_reports(source, all_runs, db)
+    key = read_key_file(key_file) if key_file else key_from_env()
+    reports = _verify_reports(source, all_runs, db, key, record_path)
+    if require_keyed:
+        reports = [require_keyed_chain(r) for r in reports]
     if as_json:
         click.echo(json.dumps([serde.unstructure(r) | {"ok": r.ok} for r in reports], indent=2))
     else:
         for r in reports:
-            if r.ok:
-                click.echo(f"ok        {r.run_id}  {r.events} events  head {r.head_hash}")
-                continue
-            click.echo(f"TAMPERED  {r.run_id}  {r.events} events")
-            for f in r.findings:
-                click.echo(f"  seq {f.seq}: {f.kind}: {f.detail}")
-        bad = sum(not r.ok for r in reports)
-        click.echo(f"{len(reports) - bad} of {len(reports)} runs verify" + (
-            f"; {bad} do not" if bad else ""))  # fmt: skip
+            _echo_report(r)
+        bad = sum(bool(r.findings) for r in reports)
+        unchecked = sum(not r.findings and not r.checked for r in reports)
+        click.echo(
+            f"{len(reports) - bad - unchecked} of {len(reports)} runs verify"
+            + (f"; {bad} do not" if bad else "")
+            + (f"; {unchecked} not checked (keyed, key not given)" if unchecked else "")
+        )
     if any(not r.ok for r in reports):
         raise click.exceptions.Exit(1)
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import attrs
 
-from fsm_agent.chain import event_columns, link
 from fsm_agent.context import RunContext
 from fsm_agent.halt import HaltReason, terminal_state
 from fsm_agent.journal import Facts, GuardResult
@@ -17,7 +16,7 @@ from fsm_agent.journaling import Journaling, now_iso
 from fsm_agent.record import HaltRecord, write_record
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, TransitionSpec
-from fsm_agent.trace import ship_trace
+from fsm_agent.trace import next_hash, ship_trace
 from fsm_agent.verdict import build_record, explain
 
 
@@ -53,7 +52,8 @@ class Halting(Journaling):
             note, record = None, None
             if self.trace_copy is not None:
                 assert self.head is not None  # noqa: S101 - halts come after the first event
-                record = self._record_for(reason, None, None, link(self.head, event_columns(event)))
+                head = next_hash(self.store, self.head, event)
+                record = self._record_for(reason, None, None, head)
                 failure = ship_trace(self.store, event, record, self.trace_copy)
                 if failure is not None and reason is HaltReason.COMPLETED:
                     self._force(HaltReason.INTERNAL_ERROR, "trace_copy", failure)

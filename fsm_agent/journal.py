@@ -99,6 +99,11 @@ class RunRow:
     pid: int | None = None
     #: the host of the process that owns the run while it is live (with `pid`)
     host: str | None = None
+    #: how the run's hash chain is made (`fsm_agent.chain_hash`): None for a run journaled
+    #: before halt records were sealed, `sha256` (unkeyed) or `hmac-sha256:<key id>` (keyed)
+    chain: str | None = None
+    #: the halt record's seal onto the run's head (`chain_hash.record_link`), written with it
+    record_hash: str | None = None
 
 
 ControlKind = Literal["raise_budget", "freeze_routing", "unfreeze_routing", "pause"]
@@ -166,6 +171,9 @@ class RunSummary:
 
 class Store(Protocol):
     """A journal backend. Every write commits before it returns, or raises `JournalError`."""
+
+    #: the key new runs are chained with, and keyed runs checked with (None: unkeyed)
+    chain_key: bytes | None
 
     @property
     def location(self) -> str: ...

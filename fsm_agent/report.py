@@ -146,7 +146,10 @@ def _chain_badge(chain: ChainReport | None) -> str:
     if chain is None:  # the caller did not check it (the CLI always does)
         return badge("chain: not checked", False)
     if chain.ok:
-        return badge(f"chain: ok ({chain.events} events)", True)
+        keyed = ", keyed" if chain.mode == "keyed" else ""
+        return badge(f"chain: ok ({chain.events} events{keyed})", True)
+    if not chain.findings:
+        return badge("chain: keyed, not checked (key not given)", False)
     first = chain.findings[0]
     return badge(f"chain DOES NOT VERIFY at seq {first.seq} ({first.kind})", False)
 

@@ -124,10 +124,11 @@ def load_resumable(
     if not lease_held:
         _check_not_queued(store, run_id)
     chained_run, links, head = store.chain(run_id)
-    report = verify_chain(chained_run, links, head)
+    # the events, and the declaration it is resumed with against its sha256 (`machine_edited`)
+    report = verify_chain(chained_run, links, head, key=store.chain_key)
     if not report.ok or head is None:
         first = report.findings[0] if report.findings else None
-        why = f"seq {first.seq}: {first.detail}" if first else "no head hash"
+        why = f"seq {first.seq}: {first.detail}" if first else (report.notes or ["no head hash"])[0]
         raise InvalidInputError(
             f"run {run_id}: its journal does not verify ({why}); it is not resumed"
             f" (see `fsm-agent verify {run_id}`)"

@@ -24,13 +24,18 @@ from typing import Any, Final
 import attrs
 
 from fsm_agent import serde
-from fsm_agent.chain import ChainLink, ChainReport, event_columns, verify_chain
+from fsm_agent.chain import ChainReport, Finding, verify_chain
+from fsm_agent.chain_hash import ChainLink, event_columns
+from fsm_agent.chain_key import key_from_env
 from fsm_agent.encoding import text_sha256, unencodable
 from fsm_agent.errors import InvalidInputError, JournalError, RunNotFound
 from fsm_agent.journal import Event, RunRow, Store
 from fsm_agent.record import HaltRecord, atomic_write_text
 
-RUN_FILE_FORMAT: Final = "fsm-agent/run/2"
+RUN_FILE_FORMAT: Final = "fsm-agent/run/3"
+#: Every format this fsm-agent reads: run/2 files (written before the run row carried its
+#: chain mode and record seal) read as runs journaled before records were sealed.
+READABLE_FORMATS: Final = ("fsm-agent/run/2", RUN_FILE_FORMAT)
 #: How many times `export_run` re-reads a run that halted while it was being read.
 _EXPORT_ATTEMPTS: Final = 3
 
@@ -159,7 +164,7 @@ def _text_problems(rf: RunFile) -> Iterator[tuple[str, str]]:
 
 def first_problem(run_file: RunFile) -> tuple[str, str] | None:
     """The first integrity problem of a run file as (JSON path, message), or None."""
-    if run_file.format != RUN_FILE_FORMAT:
+    if run_file.format not in READABLE_FORMATS:
         return "$.format", f"format {run_file.format!r} is not {RUN_FILE_FORMAT!r}"
     for problems in (_machine_problems, _event_problems, _record_problems, _text_problems):
         found = next(problems(run_file), None)
@@ -226,8 +231,8 @@ def import_run(store: Store, run_file: RunFile, *, source: str = "run file") -> 
     """
     check_run_file(run_file, source=source)
     _refuse_existing(store, run_file)
-    report = verify_run_file(run_file)
-    if not report.ok:
+    report = verify_run_file(run_file, key=getattr(store, "chain_key", None))
+    if report.findings:
         first = report.findings[0]
         raise RunFileError(
             f"the hash chain does not verify: seq {first.seq}: {first.detail}"
@@ -235,18 +240,50 @@ def import_run(store: Store, run_file: RunFile, *, source: str = "run file") -> 
             path=source,
             key="$.chain",
         )
+    if not report.checked:
+        raise RunFileError(
+            "the run's hash chain is keyed and no key was given, so it cannot be checked"
+            " (set FSM_AGENT_CHAIN_KEY or FSM_AGENT_CHAIN_KEY_FILE to the key it was written"
+            " with); nothing was imported",
+            path=source,
+            key="$.run.chain",
+        )
     store.import_run(run_file.run, run_file.events, run_file.record)
 
 
-def verify_run_file(run_file: RunFile) -> ChainReport:
+def verify_run_file(
+    run_file: RunFile,
+    *,
+    key: bytes | None = None,
+    record_file: tuple[HaltRecord, str] | None = None,
+) -> ChainReport:
     """Check the file's hash chain exactly as `fsm-agent verify` checks a journal: the
-    events' bytes are re-encoded as a journal stores them, then hashed."""
+    events' bytes are re-encoded as a journal stores them, then hashed (a keyed run's with
+    `key`, else the environment's: see `fsm_agent.chain_key`)."""
     hashes = (*run_file.chain, *[EventHash(None, None)] * len(run_file.events))
     links = [
         ChainLink(e.seq, event_columns(e), h.prev_hash, h.hash)
         for e, h in zip(run_file.events, hashes, strict=False)
     ]
-    return verify_chain(run_file.run, links, run_file.head_hash)
+    if key is None:
+        key = key_from_env()
+    report = verify_chain(run_file.run, links, run_file.head_hash, key=key, record_file=record_file)
+    copies = _copy_findings(run_file)
+    if not copies:
+        return report
+    ordered = sorted((*report.findings, *copies), key=lambda f: (f.seq, f.kind, f.field or ""))
+    return attrs.evolve(report, findings=tuple(ordered))
+
+
+def _copy_findings(run_file: RunFile) -> list[Finding]:
+    """The file's own copies of what the chain covers in `run` (the declaration and its
+    hash, the record) that differ from it: a reader of the file could be shown either."""
+    found = [Finding("machine_edited", 0, why, key) for key, why in _machine_problems(run_file)]
+    if run_file.record != run_file.run.record:
+        seq = run_file.events[-1].seq if run_file.events else 0
+        why = "$.record differs from $.run.record, the record the chain seals (one was edited)"
+        found.append(Finding("record_edited", seq, why, "$.record"))
+    return found
 
 
 def _refuse_existing(store: Store, run_file: RunFile) -> None:
@@ -296,7 +333,7 @@ def _check_format(data: Any, source: str) -> None:
     if not isinstance(data, dict):
         raise RunFileError("not a run file: expected a JSON object", path=source)
     found = data.get("format")
-    if found != RUN_FILE_FORMAT:
+    if found not in READABLE_FORMATS:
         what = "no format" if found is None else f"format {found!r}"
         raise RunFileError(
             f"not a run file this fsm-agent reads: {what}, expected {RUN_FILE_FORMAT!r}"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import attrs
 
-from fsm_agent.chain import event_columns, link
+from fsm_agent.chain_hash import event_columns, link, record_link, run_key
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.journal import Event, Store
 from fsm_agent.record import HaltRecord
@@ -34,8 +34,10 @@ def ship_trace(store: Store, final: Event, record: HaltRecord, path: Path) -> st
         _, links, head = store.chain(final.run_id)
         if head is None:
             return f"the trace copy to {path} failed (the journal has no head hash)"
+        key = run_key(run.chain, store.chain_key)
         chain = [EventHash(x.prev_hash, x.hash) for x in links[: len(events) - 1]]
-        chain.append(EventHash(head, link(head, event_columns(final))))
+        chain.append(EventHash(head, link(head, event_columns(final), key)))
+        run = attrs.evolve(run, record_hash=record_link(chain[-1].hash or "", record, key))
         run_file = RunFile(
             run=run,
             events=events,
@@ -49,3 +51,10 @@ def ship_trace(store: Store, final: Event, record: HaltRecord, path: Path) -> st
     except (OSError, FsmAgentError) as exc:
         return f"the trace copy to {path} failed ({exc})"
     return None
+
+
+def next_hash(store: Store, prev: str, event: Event) -> str:
+    """The hash `event` will have once chained onto `prev`, in its run's chain mode (what
+    the record shipped before the halting event is committed names as the journal's head)."""
+    run = store.get_run(event.run_id)
+    return link(prev, event_columns(event), run_key(run.chain, store.chain_key))

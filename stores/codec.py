@@ -15,7 +15,7 @@ from typing import Any
 
 from fsm_agent import serde
 from fsm_agent.budgets import Budgets
-from fsm_agent.chain import event_columns, genesis, link
+from fsm_agent.chain_hash import ChainModeError, event_columns, genesis, link, record_link, run_key
 from fsm_agent.errors import JournalError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import Control, Event, Facts, GuardResult, Job, RunRow, RunSummary
@@ -54,10 +54,26 @@ def stale_head(seq: int) -> str:
 # --- write side -------------------------------------------------------------------------------
 
 
-def chained(event: Event, prev: str) -> tuple[Any, ...]:
-    """The INSERT parameters of an event chained onto `prev`; the last one is its hash."""
+def chained(event: Event, prev: str, key: bytes | None = None) -> tuple[Any, ...]:
+    """The INSERT parameters of an event chained onto `prev` (with the run's `key`, None
+    for an unkeyed run); the last one is its hash."""
     columns = event_columns(event)
-    return (*columns, prev, link(prev, columns))
+    return (*columns, prev, link(prev, columns, key))
+
+
+def chain_key(chain: str | None, key: bytes | None, fail: Fail, run_id: str) -> bytes | None:
+    """The key a run with chain mode `chain` is written with (None: unkeyed), from the
+    store's `key`; a keyed run without its key is a `JournalError`, and nothing is written."""
+    try:
+        return run_key(chain, key)
+    except ChainModeError as exc:
+        raise fail(f"cannot write run {run_id}: {exc}; nothing was written", run_id) from exc
+
+
+def seal(record: HaltRecord, head: str | None, key: bytes | None) -> str | None:
+    """The halt record's seal onto the run's head (`chain_hash.record_link`), stored with
+    it; None for a run with no head hash (journaled before the chain)."""
+    return None if head is None else record_link(head, record, key)
 
 
 def run_params(run: RunRow, record: HaltRecord | None) -> tuple[Any, ...]:
@@ -78,31 +94,39 @@ def run_params(run: RunRow, record: HaltRecord | None) -> tuple[Any, ...]:
         None if record is None else serde.dumps(record),
         run.pid,
         run.host,
+        run.chain,
+        run.record_hash,
     )
 
 
 def import_params(
-    run: RunRow, events: Sequence[Event], record: HaltRecord | None, fail: Fail
+    run: RunRow,
+    events: Sequence[Event],
+    record: HaltRecord | None,
+    fail: Fail,
+    key: bytes | None = None,
 ) -> list[tuple[Any, ...]]:
-    """The INSERT parameters of an imported run's events, chained from its genesis; refuses
-    a run whose row and record disagree."""
+    """The INSERT parameters of an imported run's events, chained from its genesis in the
+    run's own chain mode (a keyed run needs the store's `key` to be its key); refuses a run
+    whose row and record disagree."""
     if run.record != record:
         raise fail(
             "the run row's record and the record to import differ; nothing was written",
             run.run_id,
         )
-    params, prev = [], genesis(run)
+    own = chain_key(run.chain, key, fail, run.run_id)
+    params, prev = [], genesis(run, own)
     for event in events:
-        params.append(chained(event, prev))
+        params.append(chained(event, prev, own))
         prev = params[-1][-1]
     return params
 
 
-def finish_params(record: HaltRecord) -> tuple[Any, ...]:
+def finish_params(record: HaltRecord, record_hash: str | None) -> tuple[Any, ...]:
     """A halted run's UPDATE parameters: state, halt_reason, steps_used, ended_at, record,
-    run_id."""
+    record_hash, run_id."""
     return (record.terminal_state, record.halt_reason.value, record.steps_used,
-            record.ended_at, serde.dumps(record), record.run_id)  # fmt: skip
+            record.ended_at, serde.dumps(record), record_hash, record.run_id)  # fmt: skip
 
 
 def job_params(job: Job) -> tuple[Any, ...]:
@@ -145,6 +169,8 @@ def run_row(row: Mapping[str, Any], fail: Fail) -> RunRow:
             else serde.structure(json.loads(row["record"]), HaltRecord),
             pid=row["pid"],
             host=row["host"],
+            chain=row.get("chain"),
+            record_hash=row.get("record_hash"),
         )
     except Exception as exc:
         raise fail(f"corrupt runs row: {serde.error_path(exc)}", row.get("run_id")) from exc

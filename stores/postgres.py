@@ -19,10 +19,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
+import attrs
 import psycopg
 from psycopg.rows import dict_row
 
-from fsm_agent.chain import ChainLink, genesis
+from fsm_agent.chain_hash import ChainLink, genesis, mode_for
+from fsm_agent.chain_key import key_from_env
 from fsm_agent.errors import JournalError, RunNotFound
 from fsm_agent.journal import (
     Control,
@@ -39,11 +41,13 @@ from stores.postgres_open import connect, explain, passwords, scrub
 from stores.postgres_schema import (
     APPEND_EVENT,
     DEQUEUE_JOB,
+    FINISH_RUN,
     INSERT_EVENT,
     INSERT_JOB,
     INSERT_RUN,
     JOB_COUNTS,
     LEASE_JOB,
+    LOCK_HEAD,
     RELEASE_JOB,
     RENEW_LEASE,
     SELECT_CHAIN,
@@ -59,14 +63,18 @@ Verb = Literal["read", "write"]
 class PostgresStore:
     """A journal in a PostgreSQL database (the tables of the DSN's search path)."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, chain_key: bytes | None = None) -> None:
         self.dsn = dsn
+        #: the key new runs are chained with (`fsm_agent.chain_key`: the environment's when
+        #: not given); None: unkeyed
+        self.chain_key = chain_key if chain_key is not None else key_from_env()
         self._location = redact_dsn(dsn)
         self._secrets = passwords(dsn)
         #: Always False: a server decides per statement what a role may write.
         self.read_only = False
         self._lock = threading.RLock()
         self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
+        self._keys: dict[str, bytes | None] = {}  # run id -> the key its chain is made with
         self._closed = False
         self.conn = self._connect()
 
@@ -119,12 +127,15 @@ class PostgresStore:
     # --- writes ---------------------------------------------------------------------------
 
     def start_run(self, run: RunRow, first: Event) -> str:
-        """Write the run's row and first event; return the run's head hash."""
-        params = codec.chained(first, genesis(run))
+        """Write the run's row and first event, chained with this store's key (unkeyed
+        without one); return the run's head hash."""
+        run = attrs.evolve(run, chain=mode_for(self.chain_key), record_hash=None)
+        params = codec.chained(first, genesis(run, self.chain_key), self.chain_key)
         with self._tx(run.run_id) as conn:
             conn.execute(INSERT_RUN, codec.run_params(run, None))
             conn.execute(INSERT_EVENT, params)
         self._heads[run.run_id] = params[-1]
+        self._keys[run.run_id] = self.chain_key
         return str(params[-1])
 
     def append(self, event: Event) -> str:
@@ -132,7 +143,7 @@ class PostgresStore:
         while the run's head is the hash this event is chained onto, so two writers can
         never fork one run's chain."""
         prev = self._heads.get(event.run_id) or self._head(event.run_id)
-        params = codec.chained(event, prev)
+        params = codec.chained(event, prev, self._key(event.run_id))
         try:
             with self._tx(event.run_id) as conn:
                 inserted = conn.execute(APPEND_EVENT, (event.run_id, prev, *params)).rowcount
@@ -145,6 +156,14 @@ class PostgresStore:
         self._heads[event.run_id] = params[-1]
         return str(params[-1])
 
+    def _key(self, run_id: str) -> bytes | None:
+        """The key the run's chain is made with (its mode is read once per run)."""
+        if run_id not in self._keys:
+            rows = self._tuples("SELECT chain FROM runs WHERE run_id = %s", (run_id,))
+            chain = rows[0][0] if rows else None
+            self._keys[run_id] = codec.chain_key(chain, self.chain_key, self._error, run_id)
+        return self._keys[run_id]
+
     def _head(self, run_id: str) -> str:
         rows = self._tuples("SELECT head_hash FROM runs WHERE run_id = %s", (run_id,))
         if not rows:
@@ -154,12 +173,15 @@ class PostgresStore:
         return str(rows[0][0])
 
     def finish_run(self, record: HaltRecord) -> None:
+        """Store the halt record and the row's summary, with the record sealed onto the
+        run's head, whose row is locked meanwhile."""
         with self._tx(record.run_id) as conn:
-            cursor = conn.execute(
-                "UPDATE runs SET status = 'halted', state = %s, halt_reason = %s,"
-                " steps_used = %s, ended_at = %s, record = %s WHERE run_id = %s",
-                codec.finish_params(record),
-            )
+            row = conn.execute(LOCK_HEAD, (record.run_id,)).fetchone()
+            if row is None:
+                raise self._error("write failed: no such run in this journal", record.run_id)
+            key = codec.chain_key(row[1], self.chain_key, self._error, record.run_id)
+            seal = codec.seal(record, row[0], key)
+            cursor = conn.execute(FINISH_RUN, codec.finish_params(record, seal))
             if cursor.rowcount != 1:
                 raise self._error("write failed: no such run in this journal", record.run_id)
 
@@ -179,7 +201,7 @@ class PostgresStore:
         """Write a run exported from another journal, its events and its record, in ONE
         transaction, with the same serialization as the live path. The journal is
         append-only: a run id already here is refused, never overwritten."""
-        params = codec.import_params(run, events, record, self._error)
+        params = codec.import_params(run, events, record, self._error, self.chain_key)
         with self._tx(run.run_id) as conn:
             found = conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run.run_id,))
             if found.fetchone() is not None:

@@ -118,6 +118,16 @@ MIGRATIONS: Final = (
             "ALTER TABLE queue ADD COLUMN note TEXT",
         ),
     ),
+    Migration(
+        "m004_chain_mode_and_record_seal",
+        (
+            # How each run's chain is made (NULL: journaled before; `sha256`;
+            # `hmac-sha256:<key id>`), and the halt record's seal onto the run's head, written
+            # with the record (see stores.sqlite_schema m006).
+            "ALTER TABLE runs ADD COLUMN chain TEXT",
+            "ALTER TABLE runs ADD COLUMN record_hash TEXT",
+        ),
+    ),
 )
 
 INSERT_EVENT = """
@@ -145,8 +155,16 @@ SELECT_CHAIN = """
 SELECT_EVENTS = "SELECT * FROM events WHERE run_id = %s ORDER BY seq"
 INSERT_RUN = """
     INSERT INTO runs (run_id, machine, machine_sha256, machine_text, task, budgets, state, status,
-                      halt_reason, steps_used, started_at, ended_at, record, pid, host)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"""
+                      halt_reason, steps_used, started_at, ended_at, record, pid, host, chain,
+                      record_hash)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"""
+#: A halted run's summary, record and the record's seal, in one statement.
+FINISH_RUN = """
+    UPDATE runs SET status = 'halted', state = %s, halt_reason = %s, steps_used = %s,
+                    ended_at = %s, record = %s, record_hash = %s
+    WHERE run_id = %s"""
+#: The run's head and chain mode, its row locked until the transaction ends.
+LOCK_HEAD = "SELECT head_hash, chain FROM runs WHERE run_id = %s FOR UPDATE"
 # A live run's state and steps come from its newest event (one INSERT per transition, no
 # second write to `runs`); a halted run's come from its `runs` row.
 SELECT_RUNS = """

@@ -16,9 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import attrs
 import sqlite_utils
 
-from fsm_agent.chain import ChainLink, genesis
+from fsm_agent.chain_hash import ChainLink, genesis, mode_for
+from fsm_agent.chain_key import key_from_env
 from fsm_agent.errors import JournalError, RunNotFound
 from fsm_agent.journal import (
     Control,
@@ -35,6 +37,7 @@ from stores import sqlite_schema as queue_sql
 from stores.sqlite_open import Synchronous, explain, open_journal
 from stores.sqlite_schema import (
     APPEND_EVENT,
+    FINISH_RUN,
     INSERT_EVENT,
     INSERT_RUN,
     SELECT_CHAIN,
@@ -62,8 +65,12 @@ class SqliteStore:
         *,
         synchronous: Synchronous = "NORMAL",
         busy_timeout_ms: int = 5000,
+        chain_key: bytes | None = None,
     ) -> None:
         self.path = str(path)
+        #: the key new runs are chained with (`fsm_agent.chain_key`: the environment's when
+        #: not given); None: unkeyed
+        self.chain_key = chain_key if chain_key is not None else key_from_env()
         conn, read_only = open_journal(
             self.path, synchronous=synchronous, busy_timeout_ms=int(busy_timeout_ms)
         )
@@ -72,6 +79,7 @@ class SqliteStore:
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
         self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
+        self._keys: dict[str, bytes | None] = {}  # run id -> the key its chain is made with
         self.busy_timeout_ms = int(busy_timeout_ms)
 
     def _locked(self, statement: Callable[[], T], run_id: str | None) -> T:
@@ -127,12 +135,15 @@ class SqliteStore:
             ) from exc
 
     def start_run(self, run: RunRow, first: Event) -> str:
-        """Write the run's row and first event; return the run's head hash."""
-        params = codec.chained(first, genesis(run))
+        """Write the run's row and first event, chained with this store's key (unkeyed
+        without one); return the run's head hash."""
+        run = attrs.evolve(run, chain=mode_for(self.chain_key), record_hash=None)
+        params = codec.chained(first, genesis(run, self.chain_key), self.chain_key)
         with self._tx(run.run_id) as conn:
             conn.execute(INSERT_RUN, codec.run_params(run, None))
             conn.execute(INSERT_EVENT, params)
         self._heads[run.run_id] = params[-1]
+        self._keys[run.run_id] = self.chain_key
         return str(params[-1])
 
     def append(self, event: Event) -> str:
@@ -140,7 +151,7 @@ class SqliteStore:
         the run's head is the hash this event is chained onto, so two writers can never fork
         one run's chain."""
         prev = self._heads.get(event.run_id) or self._head(event.run_id)
-        params = codec.chained(event, prev)
+        params = codec.chained(event, prev, self._key(event.run_id))
         with self._tx(event.run_id, atomic=False) as conn:
             cursor = self._locked(
                 lambda: conn.execute(APPEND_EVENT, (*params, event.run_id, prev)), event.run_id
@@ -150,6 +161,15 @@ class SqliteStore:
             raise self._error(codec.stale_head(event.seq), event.run_id)
         self._heads[event.run_id] = params[-1]
         return str(params[-1])
+
+    def _key(self, run_id: str) -> bytes | None:
+        """The key the run's chain is made with (its mode is read once per run)."""
+        if run_id not in self._keys:
+            sql = "SELECT chain FROM runs WHERE run_id = ?"
+            rows = self._tuples(sql, (run_id,))
+            chain = rows[0][0] if rows else None
+            self._keys[run_id] = codec.chain_key(chain, self.chain_key, self._error, run_id)
+        return self._keys[run_id]
 
     def _head(self, run_id: str) -> str:
         rows = self._read(
@@ -165,13 +185,16 @@ class SqliteStore:
         return str(rows[0]["head_hash"])
 
     def finish_run(self, record: HaltRecord) -> None:
+        """Store the halt record and the row's summary, with the record sealed onto the
+        run's head as it is in the same transaction."""
         with self._tx(record.run_id) as conn:
-            cursor = conn.execute(
-                "UPDATE runs SET status = 'halted', state = ?, halt_reason = ?, steps_used = ?,"
-                " ended_at = ?, record = ? WHERE run_id = ?",
-                codec.finish_params(record),
-            )
-            _one_row(cursor)
+            sql = "SELECT head_hash, chain FROM runs WHERE run_id = ?"
+            row = conn.execute(sql, (record.run_id,)).fetchone()
+            if row is None:
+                raise sqlite3.IntegrityError("no such run in this journal")
+            key = codec.chain_key(row[1], self.chain_key, self._error, record.run_id)
+            seal = codec.seal(record, row[0], key)
+            _one_row(conn.execute(FINISH_RUN, codec.finish_params(record, seal)))
 
     def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
         with self._tx(run_id) as conn:
@@ -186,7 +209,7 @@ class SqliteStore:
         """Write a run exported from another journal, its events and its record, in ONE
         transaction, with the same serialization as the live path. The journal is
         append-only: a run id already here is refused, never overwritten."""
-        params = codec.import_params(run, events, record, self._error)
+        params = codec.import_params(run, events, record, self._error, self.chain_key)
         with self._tx(run.run_id) as conn:
             if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
                 raise self._error(codec.ALREADY_HERE, run.run_id)

@@ -121,8 +121,14 @@ SELECT_RUNS = """
      AND e.seq = (SELECT MAX(seq) FROM events WHERE run_id = r.run_id)"""
 INSERT_RUN = """
     INSERT INTO runs (run_id, machine, machine_sha256, machine_text, task, budgets, state, status,
-                      halt_reason, steps_used, started_at, ended_at, record, pid, host)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+                      halt_reason, steps_used, started_at, ended_at, record, pid, host, chain,
+                      record_hash)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+#: A halted run's summary, record and the record's seal, in one statement.
+FINISH_RUN = """
+    UPDATE runs SET status = 'halted', state = ?, halt_reason = ?, steps_used = ?, ended_at = ?,
+                    record = ?, record_hash = ?
+    WHERE run_id = ?"""
 # One narrow row per run for statistics: nothing decoded in Python; the record's cost is
 # read by SQLite (a corrupt record reads as no cost rather than failing every statistic).
 SELECT_SUMMARIES = """
@@ -190,6 +196,16 @@ _OLDEST_FIRST = " ORDER BY submitted_at, run_id"
 def _m005(db: sqlite_utils.Database) -> None:
     """Why a job left the queue by a person's hand (`fsm-agent dequeue`): who, why, when."""
     db.execute("ALTER TABLE queue ADD COLUMN note TEXT")
+
+
+@_migration("m006_chain_mode_and_record_seal")
+def _m006(db: sqlite_utils.Database) -> None:
+    """How each run's chain is made (`chain`: NULL for the runs journaled before, `sha256`,
+    or `hmac-sha256:<key id>` for a keyed one) and the halt record's seal onto the run's
+    head (`record_hash`), written in the same statement as the record (fsm_agent.chain_hash).
+    Runs already here keep NULL in both: their chains verify exactly as before."""
+    db.execute("ALTER TABLE runs ADD COLUMN chain TEXT")
+    db.execute("ALTER TABLE runs ADD COLUMN record_hash TEXT")
 
 
 def select_job(run_id: str) -> tuple[str, tuple[Any, ...]]:

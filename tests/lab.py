@@ -10,6 +10,7 @@ import attrs
 
 from fsm_agent import HaltRecord, ScriptedModel, load_tools, run
 from fsm_agent.chain import event_columns, genesis, link
+from fsm_agent.chain_hash import record_link
 from fsm_agent.replay import replay_events
 from fsm_agent.runfile import EventHash, RunFile
 from stores.sqlite import SqliteStore
@@ -33,15 +34,16 @@ def lab_run(tmp_path: Path, model: list[Any] | Any, **options: Any) -> HaltRecor
 
 
 def rechained(run_file: RunFile) -> RunFile:
-    """A run file made up by a test (ids and times changed), with its hash chain
-    recomputed so that it imports like a real run."""
+    """A run file made up by a test (ids and times changed), with its hash chain and its
+    record's seal recomputed (unkeyed) so that it imports like a real run."""
     prev, chain = genesis(run_file.run), []
     for event in run_file.events:
         h = link(prev, event_columns(event))
         chain.append(EventHash(prev, h))
         prev = h
     record = None if run_file.record is None else attrs.evolve(run_file.record, journal_head=prev)
-    run = attrs.evolve(run_file.run, record=record)
+    seal = None if record is None else record_link(prev, record)  # resealed, as the store does
+    run = attrs.evolve(run_file.run, record=record, record_hash=seal)
     return attrs.evolve(run_file, run=run, record=record, chain=tuple(chain), head_hash=prev)
 
 

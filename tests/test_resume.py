@@ -193,7 +193,10 @@ def test_resume_writes_the_record_of_a_run_killed_after_its_halt_was_journaled(
 ) -> None:
     record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}])
     conn = sqlite3.connect(tmp_path / "j.db")  # what a kill between the two writes leaves
-    conn.execute("UPDATE runs SET status = 'running', record = NULL, pid = 2147483647")
+    conn.execute(
+        "UPDATE runs SET status = 'running', record = NULL, record_hash = NULL,"
+        " halt_reason = NULL, ended_at = NULL, pid = 2147483647"
+    )
     conn.commit()
     conn.close()
     result = CliRunner().invoke(cli, resume_args(tmp_path, record.run_id))

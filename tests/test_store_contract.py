@@ -29,7 +29,9 @@ from click.testing import CliRunner
 from fsm_agent import serde
 from fsm_agent.budgets import Budgets, Meters
 from fsm_agent.chain import verify_run
+from fsm_agent.chain_hash import UNKEYED, record_link
 from fsm_agent.cli import cli
+from fsm_agent.encoding import text_sha256
 from fsm_agent.errors import JournalError, RunNotFound
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import Control, Event, Facts, GuardResult, Job, RunRow, Store
@@ -38,9 +40,10 @@ from fsm_agent.proposals import FinalAnswer, ToolCall
 from fsm_agent.receipts import Receipt
 from fsm_agent.record import HaltRecord, HandoffPacket, ToolCallEntry, read_record
 from fsm_agent.replay import replay_events
-from fsm_agent.runfile import RunExistsError, export_run, import_run
+from fsm_agent.runfile import RunExistsError, RunFileError, export_run, import_run, read_run_file
 from fsm_agent.snapshot import Snapshot, ToolOutcome
 from stores import is_dsn, open_store, redact_dsn
+from stores.sqlite import SqliteStore
 from tests.child_writer import expected_halt
 from tests.child_writer import run_id as writer_run_id
 from tests.lab import LOOKUP, MISS, lab_run
@@ -55,6 +58,9 @@ ANSWER = {"answer": "swordfish"}
 BUDGETS = Budgets(
     max_steps=8, wall_clock_ms=15000, max_cost=1.0, tool_timeout_ms=5000, max_retries=2
 )
+#: the sample declaration and its real sha256 (`verify` checks one against the other)
+MACHINE_TEXT = "name: agent_loop\n"
+MACHINE_SHA256 = text_sha256(MACHINE_TEXT)
 RECEIPTS = (Receipt(status=200, id="cap_1", idempotency_key="k-1", checksum="sha:ab"),)
 
 
@@ -62,14 +68,15 @@ def run_row(run_id: str = "run-1", started_at: str = "2025-01-01T00:00:00Z") -> 
     return RunRow(
         run_id=run_id,
         machine="agent_loop",
-        machine_sha256="f" * 64,
-        machine_text="name: agent_loop\n",
+        machine_sha256=MACHINE_SHA256,
+        machine_text=MACHINE_TEXT,
         task="find the lab password",
         budgets=BUDGETS,
         state="drafting",
         status="running",
         started_at=started_at,
         pid=4242,
+        chain=UNKEYED,  # what a store without a chain key writes
     )
 
 
@@ -151,7 +158,7 @@ def halt_record(run_id: str = "run-1") -> HaltRecord:
         answer="cannot: step budget",
         run_id=run_id,
         machine="agent_loop",
-        machine_sha256="f" * 64,
+        machine_sha256=MACHINE_SHA256,
         terminal_state="budget_exhausted",
         budgets=BUDGETS,
         meters=Meters(steps_used=3, tool_calls=1, cost=0.03, elapsed_ms=30),
@@ -360,6 +367,8 @@ def test_start_append_finish_then_read_back_equal_values(store: Store) -> None:
     record = halt_record()
     store.finish_run(record)
     finished = store.get_run("run-1")
+    head = store.chain("run-1")[2]
+    assert head is not None
     assert finished == attrs.evolve(
         run,
         state="budget_exhausted",
@@ -368,6 +377,7 @@ def test_start_append_finish_then_read_back_equal_values(store: Store) -> None:
         halt_reason=HaltReason.MAX_STEPS,
         ended_at="2025-01-01T00:00:09Z",
         record=record,
+        record_hash=record_link(head, record),  # sealed onto the head, with the record
     )
     assert store.list_runs() == [finished]
 
@@ -697,6 +707,104 @@ def test_export_import_round_trip_keeps_the_chain(
         assert verify_run(fresh, record.run_id).ok
     finally:
         fresh.close()
+
+
+# --- the sealed halt record, the chain mode and the keyed chain ---------------------------------
+
+CHAIN_KEY = b"contract-test-key-" * 2
+RECORDED_V1 = Path(__file__).parent / "recorded_v1"
+
+
+def _seal_findings(store: Store, run_id: str) -> list[tuple[str, int, str | None]]:
+    return [(f.kind, f.seq, f.field) for f in verify_run(store, run_id).findings]
+
+
+def test_the_halt_record_is_sealed_with_it_and_an_edit_of_it_shows(
+    tmp_path: Path, store: Store, backend: Backend
+) -> None:
+    record = lab_run(tmp_path, [LOOKUP, ANSWER], store=store)
+    row = store.get_run(record.run_id)
+    assert row.chain == UNKEYED
+    assert record.journal_head is not None
+    assert row.record_hash == record_link(record.journal_head, record)
+    assert verify_run(store, record.run_id).record == "sealed"
+    rid = record.run_id
+    backend.tamper(
+        'UPDATE runs SET record = replace(record, \'"answer":"swordfish"\','  # noqa: S608
+        f" '\"answer\":\"hunter2\"') WHERE run_id = '{rid}'"
+    )
+    assert store.get_run(rid).record.answer == "hunter2"  # type: ignore[union-attr]
+    assert _seal_findings(store, rid) == [("record_edited", 4, "runs.record")]
+    backend.tamper(f"UPDATE runs SET halt_reason = 'max_steps' WHERE run_id = '{rid}'")  # noqa: S608
+    assert ("summary_edited", 4, "runs.halt_reason") in _seal_findings(store, rid)
+    backend.tamper(f"UPDATE runs SET machine_text = 'name: other' WHERE run_id = '{rid}'")  # noqa: S608
+    assert ("machine_edited", 0, "runs.machine_text") in _seal_findings(store, rid)
+
+
+def test_a_keyed_store_chains_new_runs_with_its_key(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FSM_AGENT_CHAIN_KEY", CHAIN_KEY.decode())
+    keyed = backend.open()  # its key from the environment
+    monkeypatch.delenv("FSM_AGENT_CHAIN_KEY")
+    plain = backend.open()  # the same journal, without the key
+    try:
+        assert keyed.chain_key == CHAIN_KEY
+        assert plain.chain_key is None
+        record = lab_run(tmp_path, [MISS, LOOKUP, ANSWER], store=keyed)
+        row = keyed.get_run(record.run_id)
+        assert row.chain is not None
+        assert row.chain.startswith("hmac-sha256:")
+        report = verify_run(keyed, record.run_id)
+        assert (report.ok, report.mode, report.record) == (True, "keyed", "sealed")
+        unchecked = verify_run(plain, record.run_id)
+        assert (unchecked.ok, unchecked.checked, unchecked.findings) == (False, False, ())
+        with pytest.raises(JournalError, match=r"keyed .* and no key was given"):
+            plain.append(attrs.evolve(keyed.last_event(record.run_id), seq=99))
+        exported = export_run(plain, record.run_id)  # export needs no key ...
+        target = SqliteStore(tmp_path / "copy.db", chain_key=None)
+        try:
+            with pytest.raises(RunFileError, match="keyed and no key was given"):
+                import_run(target, exported)  # ... import does
+        finally:
+            target.close()
+        target = SqliteStore(tmp_path / "copy.db", chain_key=CHAIN_KEY)
+        try:
+            import_run(target, exported)
+            assert target.get_run(record.run_id) == row
+            assert verify_run(target, record.run_id).ok
+        finally:
+            target.close()
+    finally:
+        keyed.close()
+        plain.close()
+
+
+def test_a_journal_from_before_the_seal_migrates_and_verifies_as_before(
+    backend: Backend,
+) -> None:
+    old = read_run_file(RECORDED_V1 / "v1-lab-password.json")  # chain mode None: version 1
+    s = backend.open()
+    try:
+        import_run(s, old)
+    finally:
+        s.close()
+    new_migration = backend.migrations()[-1]
+    assert "chain_mode_and_record_seal" in new_migration
+    backend.sql("ALTER TABLE runs DROP COLUMN chain")  # the journal as it was written then
+    backend.sql("ALTER TABLE runs DROP COLUMN record_hash")
+    table = "_sqlite_migrations" if backend.name == "sqlite" else "fsm_agent_migrations"
+    backend.sql(f"DELETE FROM {table} WHERE name = ?", (new_migration,))  # noqa: S608
+    s = backend.open()
+    try:
+        assert backend.migrations()[-1] == new_migration
+        row = s.get_run(old.run.run_id)
+        assert (row.chain, row.record_hash) == (None, None)
+        report = verify_run(s, old.run.run_id)
+        assert (report.ok, report.version, report.record) == (True, 1, "not_sealed")
+        assert "halt record not sealed" in report.notes[0]
+    finally:
+        s.close()
 
 
 def test_a_failed_import_leaves_nothing_behind(tmp_path: Path, store: Store) -> None:

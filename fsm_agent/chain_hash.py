@@ -1,0 +1,179 @@
+"""How the hash chain is computed: an event's link, a run's genesis, a halt record's seal.
+
+Each event's hash is a digest of the previous event's hash and the event's canonical bytes
+(its stored column texts, in a fixed order, as one JSON array — the same for every store
+and for run files). The first event's "previous hash" is the run's genesis: a digest of what
+the run row freezes. The halt record is sealed onto the run's head (`record_link`), in the
+same write that stores it, so it is covered by the chain too.
+
+A run's chain mode (`runs.chain`) says how its digests are made:
+
+- `None`: chain version 1, written before halt records were sealed (sha256; its record is
+  not covered). Its genesis and links are exactly what they always were.
+- `"sha256"`: chain version 2, unkeyed. The mode is in the genesis, so setting it back to
+  `None` (to pass an unsealed record off as an old one) breaks the first link.
+- `"hmac-sha256:<key id>"`: version 2, keyed. Every digest is HMAC-SHA256 under a key the
+  journal does not hold (`fsm_agent.chain_key`); the key id (a digest of the key, not the
+  key) says which key, so a wrong one is named as such.
+
+An event's link is computed the same way in every version: keyed or not, only the digest
+function changes, never the bytes it is taken over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Sequence
+from typing import Any, Final, Literal
+
+import attrs
+
+from fsm_agent import serde
+from fsm_agent.errors import InvalidInputError
+from fsm_agent.journal import Event, RunRow
+from fsm_agent.record import HaltRecord
+
+CHAIN_FORMAT: Final = "fsm-agent/chain/1"
+CHAIN_FORMAT_2: Final = "fsm-agent/chain/2"
+UNKEYED: Final = "sha256"
+KEYED_PREFIX: Final = "hmac-sha256:"
+_KEY_ID_CONTEXT: Final = b"fsm-agent/chain-key-id"
+
+Mode = Literal["unkeyed", "keyed"]
+
+
+class ChainModeError(InvalidInputError):
+    """A run's chain mode is one this fsm-agent does not know (`runs.chain` was edited, or
+    a newer fsm-agent wrote it)."""
+
+
+@attrs.frozen
+class ChainMode:
+    """How one run's digests are made: its chain version, and the id of its key (None:
+    unkeyed)."""
+
+    version: int
+    key_id: str | None = None
+
+    @property
+    def mode(self) -> Mode:
+        return "unkeyed" if self.key_id is None else "keyed"
+
+    @property
+    def sealed(self) -> bool:
+        """Whether the run's halt record is sealed onto its chain (version 2 on)."""
+        return self.version >= 2
+
+
+def parse_mode(chain: str | None) -> ChainMode:
+    """The mode a `runs.chain` value names; raises `ChainModeError` for one it does not."""
+    if chain is None:
+        return ChainMode(1)
+    if chain == UNKEYED:
+        return ChainMode(2)
+    if chain.startswith(KEYED_PREFIX) and len(chain) == len(KEYED_PREFIX) + 16:
+        return ChainMode(2, chain[len(KEYED_PREFIX) :])
+    raise ChainModeError(f"chain mode {chain!r} is not one this fsm-agent knows")
+
+
+def key_id(key: bytes) -> str:
+    """A key's public name: 16 hex digits of an HMAC under it (it does not reveal the key)."""
+    return hmac.new(key, _KEY_ID_CONTEXT, hashlib.sha256).hexdigest()[:16]
+
+
+def mode_for(key: bytes | None) -> str:
+    """The `runs.chain` value of a new run written with `key` (None: unkeyed)."""
+    return UNKEYED if key is None else f"{KEYED_PREFIX}{key_id(key)}"
+
+
+def run_key(chain: str | None, key: bytes | None) -> bytes | None:
+    """The key a run's digests are made with: None for an unkeyed run; `key` for a keyed
+    one, which must be the run's own. Raises `ChainModeError` otherwise."""
+    mode = parse_mode(chain)
+    if mode.key_id is None:
+        return None
+    if key is None:
+        raise ChainModeError(
+            f"the run's hash chain is keyed (key id {mode.key_id}) and no key was given: set"
+            " FSM_AGENT_CHAIN_KEY or FSM_AGENT_CHAIN_KEY_FILE"
+        )
+    if key_id(key) != mode.key_id:
+        raise ChainModeError(
+            f"the run's hash chain is keyed with key id {mode.key_id}; the key given has id"
+            f" {key_id(key)} (a different key)"
+        )
+    return key
+
+
+def _digest(data: str, key: bytes | None) -> str:
+    raw = data.encode("ascii")
+    if key is None:
+        return hashlib.sha256(raw).hexdigest()
+    return hmac.new(key, raw, hashlib.sha256).hexdigest()
+
+
+def event_columns(e: Event) -> tuple[Any, ...]:
+    """The stored columns of an event, in schema order (run_id and seq first); a store
+    keeps these exact values (and hashes them with `link`)."""
+    return (
+        e.run_id,
+        e.seq,
+        e.kind,
+        e.at_ms,
+        e.wall_time,
+        e.source,
+        e.dest,
+        e.trigger,
+        None if e.halt is None else e.halt.value,
+        int(e.retry),
+        serde.dumps_compact(e.guards),
+        serde.dumps_compact(e.check),
+        serde.dumps_compact(e.snapshot),
+        None if e.facts is None else serde.dumps_compact(e.facts),
+        e.note,
+        e.control,
+    )
+
+
+def genesis(run: RunRow, key: bytes | None = None) -> str:
+    """The 'previous hash' of a run's first event: a digest of what the run row freezes
+    (and, from chain version 2, of the run's chain mode)."""
+    frozen = [
+        run.run_id,
+        run.machine,
+        run.machine_sha256,
+        run.task,
+        serde.unstructure(run.budgets),
+        run.started_at,
+    ]
+    if run.chain is None:  # version 1, exactly as it was
+        header = [CHAIN_FORMAT, *frozen]
+        return _digest(json.dumps(header, sort_keys=True, separators=(",", ":")), None)
+    header = [CHAIN_FORMAT_2, run.chain, *frozen]
+    return _digest(json.dumps(header, sort_keys=True, separators=(",", ":")), key)
+
+
+def link(prev: str, columns: Sequence[Any], key: bytes | None = None) -> str:
+    """The hash of one event: its predecessor's hash and its stored columns after the
+    (run_id, seq) key. ASCII JSON, so any text (lone surrogates included) hashes."""
+    body = json.dumps(list(columns[2:]), separators=(",", ":"), allow_nan=False)
+    return _digest(f"{prev}\n{body}", key)
+
+
+def record_link(head: str, record: HaltRecord, key: bytes | None = None) -> str:
+    """The seal of a halt record onto the run's head: a digest of the head and the record's
+    canonical JSON (every field: reason, state, answer, packet, meters …). Its body starts
+    with `record`, so no event's link can be passed off as a record's."""
+    return _digest(f"{head}\nrecord\n{serde.dumps(record)}", key)
+
+
+@attrs.frozen
+class ChainLink:
+    """One stored event as the chain sees it: its key, its columns, and its two hashes."""
+
+    seq: int
+    columns: tuple[Any, ...]
+    prev_hash: str | None
+    hash: str | None
