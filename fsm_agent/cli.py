@@ -130,6 +130,7 @@ def run(
     record_path: str,
     as_json: bool,
     quiet: bool,
+    secret_env: tuple[str, ...],
 ) -> None:
     """Run TASK on MACHINE (a declared name or a .yaml path) until it halts.
 
@@ -164,6 +165,7 @@ def run(
                 control=control,
                 on_transition=on_transition,
                 trace_copy=trace_copy,
+                secret_env=secret_env,
             )
         )
     finish(record, record_path, as_json)

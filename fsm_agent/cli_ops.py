@@ -128,6 +128,7 @@ def resume(
     record_path: str,
     as_json: bool,
     quiet: bool,
+    secret_env: tuple[str, ...],
 ) -> None:
     """Continue an interrupted or paused run from its last committed transition, with the
     same frozen budgets. A tool call with no journaled receipt is re-issued only if the tool
@@ -153,6 +154,7 @@ def resume(
                 record_path=record_path,
                 on_transition=on_transition,
                 trace_copy=trace_copy,
+                secret_env=secret_env,
             )
         )
     finish(record, record_path, as_json)

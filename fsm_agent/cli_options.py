@@ -21,6 +21,7 @@ from fsm_agent.errors import FsmAgentError, InvalidInputError
 from fsm_agent.halt import EXIT_INTERNAL_ERROR, EXIT_INVALID_INPUT
 from fsm_agent.journal import Store
 from fsm_agent.models import ModelAdapter, load_model
+from fsm_agent.redaction import env_secrets
 from fsm_agent.worker import DEFAULT_DB
 
 if TYPE_CHECKING:
@@ -187,6 +188,15 @@ _MODEL_OPTIONS = (
         type=float,
         help="openai: dollars counted for a call whose usage is unknown (required with prices).",
     ),
+    click.option(
+        "--secret-env",
+        "secret_env",
+        metavar="NAME",
+        multiple=True,
+        help="The NAME of an environment variable whose value is a secret: redacted as"
+        " [redacted:NAME] from the task, every reply and tool result before anything is"
+        " journaled (the --api-key-env key always is). Repeatable.",
+    ),
 )
 
 
@@ -196,12 +206,13 @@ _ENDPOINT_OPTIONS = ("base_url", "api_key_env", "lane_tier", "price_in", "price_
 
 def _with_model(fn: F, build: Callable[[str, Endpoint | None], Any]) -> F:
     """`--model` and the endpoint options, handed to the command as
-    `model=build(spec, endpoint)`."""
+    `model=build(spec, endpoint)`, and `--secret-env` as `secret_env` (names, checked)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         spec = kwargs.pop("model_spec")
         endpoint = _endpoint(spec, {name: kwargs.pop(name) for name in _ENDPOINT_OPTIONS})
+        env_secrets(kwargs["secret_env"])  # unset or too short: `Error: …`, exit 2, now
         kwargs["model"] = build(spec, endpoint)
         return fn(*args, **kwargs)
 

@@ -103,6 +103,7 @@ def worker(
     records_dir: str,
     max_jobs: int | None,
     idle_exit: bool,
+    secret_env: tuple[str, ...],
 ) -> None:
     """Lease queued runs and drive them to a halt, CONCURRENCY at a time.
 
@@ -126,6 +127,7 @@ def worker(
         records=records_dir,
         max_jobs=max_jobs,
         idle_exit=idle_exit,
+        secret_env=secret_env,
     ).serve()
     sys.exit(code)
 

@@ -115,6 +115,8 @@ class ModelCallFailed(FsmAgentError):
         self.kind = kind
         self.detail = detail
         self.raw = None if raw is None else clip(raw)
+        #: the raw body uncut, for the runtime to redact secrets from before cutting it
+        self.raw_full = raw
         self.rejection: RejectionKind = rejection
         self.cost = float(cost)
         super().__init__(f"{kind}: {detail}")

@@ -50,6 +50,7 @@ class JobDriving:
     model: Callable[[], ModelAdapter]
     tools: Callable[[], ToolRegistry]
     lease_s: float
+    secret_env: tuple[str, ...]
     _lock: threading.Lock
 
     if TYPE_CHECKING:
@@ -126,6 +127,7 @@ class JobDriving:
             "record_path": path,
             "handle_signals": False,
             "on_transition": self._watch(store, slot),
+            "secret_env": self.secret_env,
         }
         if journaled:
             return resume_run(job.run_id, lease_held=True, **common)
