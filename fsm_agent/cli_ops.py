@@ -14,11 +14,13 @@ from fsm_agent import serde
 from fsm_agent.chain import ChainReport, verify_run
 from fsm_agent.cli import cli, finish, paused_or, progress_line
 from fsm_agent.cli_options import (
+    OutputPath,
     cli_errors,
     db_option,
     journal_store,
     json_option,
     model_options,
+    refuse_overlaps,
     shell_arg,
     shown,
 )
@@ -106,15 +108,16 @@ def pause(run_id: str, why: str, who: str | None, db: str) -> None:
 @db_option
 @click.option(
     "--trace-copy",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     help="Ship a run file of the whole run here before it may halt (as for `run`).",
 )
 @click.option(
     "--record",
     "record_path",
+    type=OutputPath(),
     default=DEFAULT_RECORD_PATH,
     show_default=True,
-    help="Where the halt record JSON is written.",
+    help="Where the halt record JSON is written (never over the journal, a directory or a device).",
 )
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No live step lines on stderr.")
@@ -138,6 +141,7 @@ def resume(
     """
     from fsm_agent.worker import resume_run
 
+    refuse_overlaps(db, {"--record": record_path, "--trace-copy": trace_copy})
     tools = load_tools(tools_module) if tools_module else ToolRegistry()
     with journal_store(db, must_exist=True) as store:
         row = store.get_run(run_id)

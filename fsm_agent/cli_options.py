@@ -67,6 +67,46 @@ def cli_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+if TYPE_CHECKING:  # generic in the click releases that ship type hints for it
+    _PathType = click.ParamType[str]
+else:
+    _PathType = click.ParamType
+
+
+class OutputPath(_PathType):
+    """An output file (or, with `directory`, directory) option, checked when the command
+    line is read, before anything runs (`fsm_agent.outputs`): a directory, a device, a
+    database, an empty path or a place this process cannot write is `Error: Invalid value
+    for '--record': …`, exit 2."""
+
+    name = "path"
+
+    def __init__(self, *, directory: bool = False) -> None:
+        self.directory = directory
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from fsm_agent.outputs import output_problem
+
+        text = str(os.fspath(value))
+        problem = output_problem(text, directory=self.directory)
+        if problem is not None:
+            self.fail(f"{text!r} {problem}", param, ctx)
+        return text
+
+
+def refuse_overlaps(
+    db: str | None,
+    outputs: dict[str, str | None],
+    inputs: dict[str, str | None] | None = None,
+) -> None:
+    """Before anything runs: no output is the journal (`--db`), an input file read by the
+    command, or another output (`Error: --record: …`, exit 2)."""
+    from fsm_agent.outputs import check_distinct
+
+    files = {what: p for what, p in (inputs or {}).items() if p is not None and Path(p).is_file()}
+    check_distinct(outputs, journal=db, inputs=files)
+
+
 def shown(db: str) -> str:
     """A `--db` value as messages print it: a DSN without its password."""
     from stores import redact_dsn

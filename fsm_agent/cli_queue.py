@@ -17,12 +17,14 @@ import click
 from fsm_agent import serde
 from fsm_agent.cli import cli
 from fsm_agent.cli_options import (
+    OutputPath,
     budget_options,
     cli_errors,
     db_option,
     journal_store,
     json_option,
     model_factory_options,
+    refuse_overlaps,
     shell_arg,
     shown,
 )
@@ -83,7 +85,7 @@ def submit(machine: str, task: str, budgets: dict[str, int | float | None], db: 
 @click.option(
     "--records",
     "records_dir",
-    type=click.Path(file_okay=False),
+    type=OutputPath(directory=True),
     default=DEFAULT_RECORDS,
     show_default=True,
     help="Directory for the halt records (RUN_ID.json).",
@@ -114,6 +116,7 @@ def worker(
     from fsm_agent.queue_worker import QueueWorker
     from fsm_agent.tools import load_tools
 
+    refuse_overlaps(db, {"--records": records_dir})
     load_tools(tools_module)  # a bad module is `Error: …` (exit 2) before any lease
     with journal_store(db):  # the journal opens (and is migrated) before any thread starts
         pass

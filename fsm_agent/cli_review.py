@@ -16,11 +16,13 @@ from fsm_agent import serde
 from fsm_agent.chain import ChainReport, verify_run
 from fsm_agent.cli import cli
 from fsm_agent.cli_options import (
+    OutputPath,
     budget_options,
     cli_errors,
     db_option,
     journal_store,
     json_option,
+    refuse_overlaps,
     shown,
 )
 from fsm_agent.diagram import FORMATS, DiagramFormat, GraphvizMissing, export_diagram, run_path
@@ -122,9 +124,7 @@ def replay(
 
 @cli.command("export")
 @click.argument("run_id")
-@click.option(
-    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="Run file to write."
-)
+@click.option("-o", "--output", required=True, type=OutputPath(), help="Run file to write.")
 @db_option
 @cli_errors
 def export_(run_id: str, output: str, db: str) -> None:
@@ -132,6 +132,7 @@ def export_(run_id: str, output: str, db: str) -> None:
     self-contained JSON file, atomically: how traces leave the box for a review."""
     from fsm_agent.runfile import export_run, write_run_file
 
+    refuse_overlaps(db, {"--output": output})
     with journal_store(db, must_exist=True) as store:
         run_file = export_run(store, run_id)
         chain = verify_run(store, run_id)
@@ -188,7 +189,7 @@ def stats(db: str, machine: str | None, since: str | None, as_json: bool) -> Non
     help="mermaid renders in code review; svg is drawn by graphviz-pure (installed with"
     " fsm-agent).",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File (default: stdout).")
+@click.option("-o", "--output", type=OutputPath(), help="File (default: stdout).")
 @click.option("--run", "run_source", help="Highlight the path of this run id or run file.")
 @db_option
 @cli_errors
@@ -196,6 +197,8 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
             db: str) -> None:  # fmt: skip
     """Export MACHINE (a declared name or a .yaml path) as a diagram; with --run, the path
     the run took is highlighted and its halt state marked with the halt reason."""
+    if output is not None:
+        refuse_overlaps(db, {"--output": output}, {"MACHINE": machine, "--run": run_source})
     spec = load_machine(machine)
     path = None
     if run_source is not None:
@@ -215,15 +218,13 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
     if output is None:
         click.echo(text, nl=False)
     else:
-        atomic_write_text(output, text)
+        atomic_write_text(output, text, private=False)  # made for review: the umask's mode
         click.echo(f"wrote {fmt} diagram of {spec.name} to {output}")
 
 
 @cli.command("report")
 @click.argument("source")
-@click.option(
-    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="HTML file to write."
-)
+@click.option("-o", "--output", required=True, type=OutputPath(), help="HTML file to write.")
 @db_option
 @cli_errors
 def report_(source: str, output: str, db: str) -> None:
@@ -231,6 +232,7 @@ def report_(source: str, output: str, db: str) -> None:
     record, the machine with the run's path, the replay verdict and every transition."""
     from fsm_agent.report import incident_report, write_report
 
+    refuse_overlaps(db, {"--output": output}, {"SOURCE": source})
     run, events, chain = _load_checked(source, db)
     try:
         page = incident_report(run, events, chain)

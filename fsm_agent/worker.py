@@ -38,6 +38,7 @@ from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_r
 from fsm_agent.machine import compile_machine
 from fsm_agent.models import ModelAdapter
 from fsm_agent.operator import OperatorControls, RoutingFrozen
+from fsm_agent.outputs import check_run_outputs
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord
 from fsm_agent.redaction import run_secrets
 from fsm_agent.resume import Resumption, load_resumable, restore_context
@@ -99,6 +100,7 @@ def run(
         raise InvalidInputError("task must be a non-empty string")
     refuse_unencodable("the task", task)
     secrets = run_secrets(secret_env, model)
+    check_run_outputs(store, record_path, trace_copy)  # before the run: never the journal
     frozen = make_budgets(spec.budgets, budgets)
     declared_policy = spec.policy_path()
     if control is None and declared_policy is not None:
@@ -183,6 +185,7 @@ def resume_run(
     as for `run` (give it again: what is secret is not journaled).
     """
     secrets = run_secrets(secret_env, model)
+    check_run_outputs(store, record_path, trace_copy)
     opened, owned = _open_store(store)
     try:
         row, spec, events, head = load_resumable(opened, run_id, lease_held=lease_held)
