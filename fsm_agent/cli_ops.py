@@ -6,7 +6,6 @@ Registered on the `fsm-agent` group by `fsm_agent.cli`; a thin layer like the re
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -27,6 +26,7 @@ from fsm_agent.cli_options import (
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.models import ModelAdapter
 from fsm_agent.record import DEFAULT_RECORD_PATH
+from fsm_agent.run_ids import names_a_file
 from fsm_agent.runfile import read_run_file, verify_run_file
 from fsm_agent.tools import ToolRegistry, load_tools
 
@@ -34,7 +34,7 @@ from fsm_agent.tools import ToolRegistry, load_tools
 def _verify_reports(source: str | None, all_runs: bool, db: str) -> list[ChainReport]:
     if source is not None and all_runs:
         raise InvalidInputError("give a RUN_ID or FILE, or --all, not both")
-    if source is not None and (source.endswith(".json") or Path(source).is_file()):
+    if source is not None and names_a_file(source):
         return [verify_run_file(read_run_file(source, checked=False))]
     if source is None and not all_runs:
         raise InvalidInputError("give a RUN_ID, a run FILE, or --all")

@@ -101,9 +101,9 @@ def refuse_overlaps(
 ) -> None:
     """Before anything runs: no output is the journal (`--db`), an input file read by the
     command, or another output (`Error: --record: …`, exit 2)."""
-    from fsm_agent.outputs import check_distinct
+    from fsm_agent.outputs import check_distinct, is_regular_file
 
-    files = {what: p for what, p in (inputs or {}).items() if p is not None and Path(p).is_file()}
+    files = {what: p for what, p in (inputs or {}).items() if p is not None and is_regular_file(p)}
     check_distinct(outputs, journal=db, inputs=files)
 
 

@@ -33,22 +33,32 @@ from fsm_agent.journal import Job, JobStatus
 from fsm_agent.models import ModelAdapter
 from fsm_agent.queue import DEFAULT_DRAIN_S, DEFAULT_LEASE_S, DEFAULT_RECORDS
 from fsm_agent.queue import submit as submit_job
+from fsm_agent.run_ids import check_run_id, shown_run_id
 
 
 @cli.command()
 @click.argument("machine")
 @click.option("--task", required=True, help="What the agent is asked to do.")
 @budget_options
+@click.option(
+    "--run-id",
+    help="The run's id (default: 12 random hex digits): 1 to 64 of A-Z a-z 0-9 . _ -, a letter"
+    " or digit first; refused if the journal has it already.",
+)
 @db_option
 @cli_errors
-def submit(machine: str, task: str, budgets: dict[str, int | float | None], db: str) -> None:
+def submit(
+    machine: str, task: str, budgets: dict[str, int | float | None], run_id: str | None, db: str
+) -> None:
     """Queue a run of MACHINE (a declared name or a .yaml path) for a worker; print its id.
 
     The declaration and the budgets (its defaults with these overrides) are checked and
     frozen now; `fsm-agent worker` runs it.
     """
+    if run_id is not None:
+        check_run_id(run_id, where="--run-id")  # before the journal is opened
     with journal_store(db) as store:
-        job = submit_job(store, machine, task, budgets)
+        job = submit_job(store, machine, task, budgets, run_id=run_id)
     click.echo(job.run_id)
 
 
@@ -223,7 +233,9 @@ def dequeue(run_id: str, why: str, who: str | None, db: str) -> None:
             f" `fsm-agent resume {run_id} --db {shell_arg(db)} --model …`"
         )
     elif job is None:
-        raise InvalidInputError(f"no job for run {run_id} in the queue of {shown(db)}")
+        raise InvalidInputError(
+            f"no job for run {shown_run_id(run_id)} in the queue of {shown(db)}"
+        )
     elif job.status == "leased":
         raise InvalidInputError(
             f"job {run_id} is leased by {job.owner}, which is driving it: pause the run"

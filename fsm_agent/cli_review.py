@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -31,6 +30,7 @@ from fsm_agent.journal import Control, ControlKind, Event, RunRow
 from fsm_agent.record import atomic_write_text
 from fsm_agent.replay import ReplayReport, load_run, replay_events, with_chain
 from fsm_agent.replay_view import format_step
+from fsm_agent.run_ids import names_a_file
 from fsm_agent.spec import load_machine, parse_machine
 
 
@@ -43,7 +43,7 @@ def _load(source: str, db: str) -> tuple[RunRow, list[Event]]:
 def _load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainReport]:
     """`_load`, with the verdict on the run's hash chain (a run file whose chain does not
     verify is refused when it is read, naming the seq)."""
-    if source.endswith(".json") or Path(source).is_file():
+    if names_a_file(source):
         from fsm_agent.runfile import read_run_file, verify_run_file
 
         run_file = read_run_file(source)

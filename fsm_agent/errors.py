@@ -87,9 +87,14 @@ class RunNotFound(InvalidInputError):
     """No run with that id exists in the journal."""
 
     def __init__(self, run_id: str, *, path: str) -> None:
+        from fsm_agent.run_ids import BadRunId, is_run_id, shown_run_id
+
         self.run_id = run_id
         self.path = path
-        super().__init__(f"no run {run_id!r} in {path} (list them with `fsm-agent runs`)")
+        message = f"no run {shown_run_id(run_id)} in {path}"
+        if not is_run_id(run_id):  # say why it cannot be one (a journal may still hold it)
+            message = f"no run in {path} has that id: {BadRunId(run_id)}"
+        super().__init__(f"{message} (list them with `fsm-agent runs`)")
 
 
 class Interrupted(BaseException):

@@ -54,6 +54,14 @@ def _stat(path: str) -> os.stat_result | None:
         return None
 
 
+def is_regular_file(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a regular file; never raises (a name too long to look up is not)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def is_sqlite_file(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a regular file that starts like a SQLite database."""
     try:

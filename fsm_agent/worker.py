@@ -42,6 +42,7 @@ from fsm_agent.outputs import check_run_outputs
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord
 from fsm_agent.redaction import run_secrets
 from fsm_agent.resume import Resumption, load_resumable, restore_context
+from fsm_agent.run_ids import check_run_id
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, load_machine
 from fsm_agent.tools import ToolRegistry
@@ -101,6 +102,7 @@ def run(
     refuse_unencodable("the task", task)
     secrets = run_secrets(secret_env, model)
     check_run_outputs(store, record_path, trace_copy)  # before the run: never the journal
+    rid = uuid.uuid4().hex[:12] if run_id is None else check_run_id(run_id, where="run_id")
     frozen = make_budgets(spec.budgets, budgets)
     declared_policy = spec.policy_path()
     if control is None and declared_policy is not None:
@@ -135,7 +137,7 @@ def run(
         worker = _Worker(
             ctx,
             opened,
-            run_id or uuid.uuid4().hex[:12],
+            rid,
             Path(record_path),
             on_transition,
             handle_signals,
