@@ -28,6 +28,7 @@ from fsm_agent.cli_options import (
     journal_store,
     json_option,
     model_options,
+    read_journal,
     refuse_overlaps,
     shell_arg,
     shown,
@@ -218,7 +219,7 @@ RUNS_HEADER = ("RUN", "MACHINE", "HALT", "STEPS", "STARTED")
 @cli_errors
 def runs(db: str, limit: int, as_json: bool) -> None:
     """List recent runs: id, machine, halt reason, steps used/max, start time."""
-    with journal_store(db, must_exist=True) as store:
+    with read_journal(db) as store:
         rows = store.list_runs(limit)
     if as_json:
         click.echo(json.dumps([_run_dict(r) for r in rows], indent=2))
@@ -252,7 +253,7 @@ def show(run_id: str, db: str, as_json: bool) -> None:
     """Show one run: its halt record, then every transition with its guards."""
     from fsm_agent.chain import verify_run
 
-    with journal_store(db, must_exist=True) as store:
+    with read_journal(db) as store:
         row = store.get_run(run_id)
         events = store.events(run_id)
         chain = verify_run(store, run_id)

@@ -19,6 +19,7 @@ from fsm_agent.cli_options import (
     journal_store,
     json_option,
     model_options,
+    read_journal,
     refuse_overlaps,
     shell_arg,
     shown,
@@ -38,7 +39,7 @@ def _verify_reports(source: str | None, all_runs: bool, db: str) -> list[ChainRe
         return [verify_run_file(read_run_file(source, checked=False))]
     if source is None and not all_runs:
         raise InvalidInputError("give a RUN_ID, a run FILE, or --all")
-    with journal_store(db, must_exist=True) as store:
+    with read_journal(db) as store:
         ids = store.run_ids() if source is None else [source]
         return [verify_run(store, run_id) for run_id in ids]
 
@@ -162,3 +163,15 @@ def resume(
             )
         )
     finish(record, record_path, as_json)
+
+
+@cli.command()
+@db_option
+@cli_errors
+def migrate(db: str) -> None:
+    """Bring the journal's schema up to date (or create it): the one write that commands
+    that only read (runs, show, replay, export, report, stats, verify, queue) leave to you.
+    Every command that writes does it too; a foreign database is refused, never touched."""
+    with journal_store(db):
+        pass
+    click.echo(f"journal {shown(db)} is up to date")

@@ -7,6 +7,7 @@ commands as values (`db`, `as_json`, `budgets`, `model`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable, Iterator
@@ -160,20 +161,29 @@ def budget_options(fn: F) -> F:
 
 
 @contextmanager
-def journal_store(db: str, *, must_exist: bool = False) -> Iterator[Store]:
+def journal_store(db: str, *, must_exist: bool = False, read_only: bool = False) -> Iterator[Store]:
     """The journal `--db` names, closed afterwards: a SQLite file (`must_exist`: refuse a
     file that is not there rather than create it) or a PostgreSQL DSN (a server's journal is
-    created on first use; a server that cannot be reached is a `JournalError`)."""
+    created on first use; a server that cannot be reached is a `JournalError`).
+    `read_only`: for a command that only reads — the journal is never created, migrated or
+    written."""
     # The backend (sqlite-utils, psycopg) is imported only by commands that use a journal.
     from stores import is_dsn, open_store
 
-    if must_exist and not is_dsn(db) and not Path(db).exists():
+    if (must_exist or read_only) and not is_dsn(db) and not Path(db).exists():
         raise InvalidInputError(f"no journal at {db} (run something first, or pass --db PATH)")
-    store = open_store(db)
+    store = open_store(db, read_only=read_only)
     try:
         yield store
     finally:
         store.close()
+
+
+def read_journal(db: str) -> contextlib.AbstractContextManager[Store]:
+    """The journal of a command that only reads (`runs`, `show`, `replay`, `export`,
+    `report`, `stats`, `verify`, `queue`): it must exist, and is never migrated or
+    written."""
+    return journal_store(db, must_exist=True, read_only=True)
 
 
 def _endpoint(model_spec: str, options: dict[str, Any]) -> Endpoint | None:

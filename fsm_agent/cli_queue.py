@@ -24,6 +24,7 @@ from fsm_agent.cli_options import (
     journal_store,
     json_option,
     model_factory_options,
+    read_journal,
     refuse_overlaps,
     shell_arg,
     shown,
@@ -177,7 +178,7 @@ _VIEWS: dict[str, tuple[JobStatus, ...]] = {
 def queue(status: str, limit: int, db: str, as_json: bool) -> None:
     """List the run queue (each status oldest first): run id, status, attempts, seconds
     left on the lease, owner, task; then how many jobs there are of each status."""
-    with journal_store(db, must_exist=True) as store:
+    with read_journal(db) as store:
         jobs = [j for s in _VIEWS[status] for j in store.jobs(s, limit=limit)]
         counts = store.job_counts()
     if as_json:

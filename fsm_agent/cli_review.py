@@ -21,6 +21,7 @@ from fsm_agent.cli_options import (
     db_option,
     journal_store,
     json_option,
+    read_journal,
     refuse_overlaps,
     shown,
 )
@@ -48,8 +49,8 @@ def _load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainRepor
 
         run_file = read_run_file(source)
         return run_file.run, list(run_file.events), verify_run_file(run_file)
-    run, events = load_run(db, source)
-    with journal_store(db, must_exist=True) as store:
+    run, events = load_run(db, source)  # read only, as every command here but import
+    with read_journal(db) as store:
         return run, events, verify_run(store, source)
 
 
@@ -133,7 +134,7 @@ def export_(run_id: str, output: str, db: str) -> None:
     from fsm_agent.runfile import export_run, write_run_file
 
     refuse_overlaps(db, {"--output": output})
-    with journal_store(db, must_exist=True) as store:
+    with read_journal(db) as store:
         run_file = export_run(store, run_id)
         chain = verify_run(store, run_id)
     write_run_file(run_file, output)
@@ -170,7 +171,7 @@ def stats(db: str, machine: str | None, since: str | None, as_json: bool) -> Non
     """Count halt reasons per machine, with steps used/max, duration and cost percentiles."""
     from fsm_agent.stats import format_stats, halt_stats
 
-    with journal_store(db, must_exist=True) as store:
+    with read_journal(db) as store:
         result = halt_stats(store, machine=machine, since=since)
     if as_json:
         click.echo(json.dumps(serde.unstructure(result), indent=2))

@@ -64,6 +64,16 @@ class JournalError(FsmAgentError):
         super().__init__(f"journal {where}: {message}")
 
 
+class NotAJournal(InvalidInputError):
+    """The database at `path` belongs to something else (its tables are not an fsm-agent
+    journal's, or there is no journal there yet for a command that only reads); it was left
+    as it is."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}")
+
+
 class RunPaused(FsmAgentError):
     """A person paused the run: its process stops, the run waits in the journal for
     `fsm-agent resume` (not a halt: it has no halt reason and no record yet)."""

@@ -54,7 +54,8 @@ def _one_row(cursor: sqlite3.Cursor) -> None:
 
 
 class SqliteStore:
-    """A journal in one SQLite file (default `./fsm-agent.db`)."""
+    """A journal in one SQLite file (default `./fsm-agent.db`); `read_only=True` opens it
+    only to read (nothing is created, migrated or written)."""
 
     def __init__(
         self,
@@ -62,10 +63,14 @@ class SqliteStore:
         *,
         synchronous: Synchronous = "NORMAL",
         busy_timeout_ms: int = 5000,
+        read_only: bool = False,
     ) -> None:
         self.path = str(path)
         conn, read_only = open_journal(
-            self.path, synchronous=synchronous, busy_timeout_ms=int(busy_timeout_ms)
+            self.path,
+            synchronous=synchronous,
+            busy_timeout_ms=int(busy_timeout_ms),
+            read_only=read_only,
         )
         #: True when this process may read the journal but not write it.
         self.read_only = read_only
