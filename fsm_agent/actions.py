@@ -23,7 +23,7 @@ from fsm_agent.guards import resolve_guard
 from fsm_agent.halt import DONE
 from fsm_agent.journal import Facts
 from fsm_agent.lanes import assert_local_halt, halt_lane_refusal
-from fsm_agent.models import ModelCallFailed, ModelReply, Prompt, describe_tools
+from fsm_agent.models import ModelCallFailed, ModelReply, Prompt, clip, describe_tools
 from fsm_agent.outcomes import add_receipted, jsonable, outcome_from_call
 from fsm_agent.proposals import (
     FinalAnswer,
@@ -103,23 +103,29 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
     content: Any = None
     cost = 0.0
     error = None
+    secrets = ctx.secrets  # redacted before the run decides on the reply or journals it
     if call.status == "ok":
         content = call.value
         if isinstance(call.value, ModelReply):
             content, cost = call.value.content, call.value.cost
             ctx.add_cost(cost)
+        content = secrets.value(content)
         proposal = parse_reply(content, step=step, max_steps=ctx.budgets.max_steps)
+        if isinstance(proposal, Rejection) and secrets:
+            proposal = attrs.evolve(proposal, detail=secrets.text(proposal.detail))
     elif call.status == "timeout":
         error = f"model call abandoned after {call.elapsed_ms} ms at the wall-clock deadline"
         proposal = Rejection(kind="empty_response", detail=error)
     elif isinstance(call.error, ModelCallFailed):  # a named fault: journal its raw body
         fault = call.error
         content, cost = fault.raw, fault.cost
+        if secrets and fault.raw_full is not None:  # redacted whole, then cut
+            content = clip(secrets.text(fault.raw_full))
         ctx.add_cost(cost)
-        error = f"model call failed: {fault.kind}: {fault.detail}"
+        error = secrets.text(f"model call failed: {fault.kind}: {fault.detail}")
         proposal = Rejection(kind=fault.rejection, detail=error)
     else:
-        error = f"model call failed: {error_text(call.error)}"
+        error = secrets.text(f"model call failed: {error_text(call.error)}")
         proposal = Rejection(kind="empty_response", detail=error)
     ctx.repair, repaired = "none", None
     if (
@@ -137,8 +143,8 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
     note = proposal_note(proposal)
     if note is not None:
         ctx.history.append(note)
-    facts = Facts(action="model", reply=jsonable(content), reply_cost=float(cost), error=error,
-                  repaired=repaired)  # fmt: skip
+    facts = Facts(action="model", reply=secrets.value(jsonable(content)), reply_cost=float(cost),
+                  error=error, repaired=secrets.value(repaired))  # fmt: skip
     return _outcome_of(proposal), facts
 
 
@@ -297,9 +303,8 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
             ),
             tool.side_effect,
         )
-        outcome = _record_call(
-            ctx, outcome_from_call(tool.name, args, call, side_effect=tool.side_effect)
-        )
+        made = outcome_from_call(tool.name, args, call, side_effect=tool.side_effect)
+        outcome = _record_call(ctx, redacted(ctx, made))
     trigger = {"returned": "tool_returned", "failed": "tool_failed", "timed_out": "tool_timed_out"}[
         outcome.status
     ]
@@ -307,6 +312,30 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
     if note is not None:
         ctx.history.append(note)
     return trigger, Facts(action="tool", tool=outcome, error=outcome.error)
+
+
+def redacted(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
+    """A tool's (or user action's) outcome with the run's secrets redacted from what it
+    returned (observation, final, receipts) or raised, before the run decides on it."""
+    secrets = ctx.secrets
+    if not secrets:
+        return outcome
+    receipts = tuple(
+        attrs.evolve(
+            r,
+            id=secrets.text(r.id),
+            idempotency_key=None if r.idempotency_key is None else secrets.text(r.idempotency_key),
+            checksum=None if r.checksum is None else secrets.text(r.checksum),
+        )
+        for r in outcome.receipts
+    )
+    return attrs.evolve(
+        outcome,
+        observation=secrets.value(outcome.observation),
+        final=None if outcome.final is None else secrets.text(outcome.final),
+        error=None if outcome.error is None else secrets.text(outcome.error),
+        receipts=receipts,
+    )
 
 
 def _collect_receipts(ctx: RunContext) -> tuple[str, Facts]:
@@ -343,14 +372,14 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> tuple[str, Facts]:
             cost=result.cost,
             duration_ms=call.elapsed_ms,
         )
-        return call.value.outcome, Facts(action=ref, tool=_record_call(ctx, outcome))
+        return call.value.outcome, Facts(action=ref, tool=_record_call(ctx, redacted(ctx, outcome)))
     if call.status == "ok":
         call = CallResult(
             status="error",
             elapsed_ms=call.elapsed_ms,
             error=TypeError(f"a user action returns ActionResult, got {type(call.value).__name__}"),
         )
-    outcome = _record_call(ctx, outcome_from_call(ref, {}, call))
+    outcome = _record_call(ctx, redacted(ctx, outcome_from_call(ref, {}, call)))
     trigger = "timed_out" if call.status == "timeout" else "failed"
     return trigger, Facts(action=ref, tool=outcome, error=outcome.error)
 

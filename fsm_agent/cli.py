@@ -21,12 +21,15 @@ import click
 from fsm_agent import serde
 from fsm_agent.cli_options import (
     InternalProblem,
+    OutputPath,
     budget_options,
     cli_errors,
     db_option,
     journal_store,
     json_option,
     model_options,
+    read_journal,
+    refuse_overlaps,
     shell_arg,
     shown,
 )
@@ -97,7 +100,7 @@ def _summary(record: HaltRecord) -> str:
 @click.option("--thrash-limit", type=int, help="Halt after N identical tool calls in a row.")
 @click.option(
     "--trace-copy",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     help="Ship a run file of the whole run here before it may halt; a failed copy is never"
     " reported as done.",
 )
@@ -110,9 +113,10 @@ def _summary(record: HaltRecord) -> str:
 @click.option(
     "--record",
     "record_path",
+    type=OutputPath(),
     default=DEFAULT_RECORD_PATH,
     show_default=True,
-    help="Where the halt record JSON is written.",
+    help="Where the halt record JSON is written (never over the journal, a directory or a device).",
 )
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No live step lines on stderr.")
@@ -130,12 +134,18 @@ def run(
     record_path: str,
     as_json: bool,
     quiet: bool,
+    secret_env: tuple[str, ...],
 ) -> None:
     """Run TASK on MACHINE (a declared name or a .yaml path) until it halts.
 
     Prints the run id, a live `step N/M` line per transition (stderr), and the halt.
     Exit code: 0 done, 3 budget_exhausted, 4 handoff, 2 invalid input, 70 internal error.
     """
+    refuse_overlaps(
+        db,
+        {"--record": record_path, "--trace-copy": trace_copy},
+        {"MACHINE": machine, "--policy": policy_path},
+    )
     spec = load_machine(machine)
     control = None
     if policy_path is not None:
@@ -164,6 +174,7 @@ def run(
                 control=control,
                 on_transition=on_transition,
                 trace_copy=trace_copy,
+                secret_env=secret_env,
             )
         )
     finish(record, record_path, as_json)
@@ -208,7 +219,7 @@ RUNS_HEADER = ("RUN", "MACHINE", "HALT", "STEPS", "STARTED")
 @cli_errors
 def runs(db: str, limit: int, as_json: bool) -> None:
     """List recent runs: id, machine, halt reason, steps used/max, start time."""
-    with journal_store(db, must_exist=True) as store:
+    with read_journal(db) as store:
         rows = store.list_runs(limit)
     if as_json:
         click.echo(json.dumps([_run_dict(r) for r in rows], indent=2))
@@ -242,7 +253,7 @@ def show(run_id: str, db: str, as_json: bool) -> None:
     """Show one run: its halt record, then every transition with its guards."""
     from fsm_agent.chain import verify_run
 
-    with journal_store(db, must_exist=True) as store:
+    with read_journal(db) as store:
         row = store.get_run(run_id)
         events = store.events(run_id)
         chain = verify_run(store, run_id)
@@ -292,7 +303,7 @@ def validate(machine: str) -> None:
 @click.option(
     "--records",
     "records_dir",
-    type=click.Path(file_okay=False),
+    type=OutputPath(directory=True),
     help="Directory for the halt records (default: a temporary directory).",
 )
 @cli_errors
@@ -300,6 +311,7 @@ def demo(db: str, records_dir: str | None) -> None:
     """Run every example scenario and print how each one halted."""
     from examples.scenarios import SCENARIOS, run_scenario
 
+    refuse_overlaps(db, {"--records": records_dir})
     with contextlib_tempdir(records_dir) as folder, journal_store(db) as store:
         click.echo(f"journal: {shown(db)}   records: {folder}")
         header = f"{'SCENARIO':<31}  {'STATE':<16}  {'HALT REASON':<17}  {'STEPS':>5}  OK   RUN"

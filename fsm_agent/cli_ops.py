@@ -6,7 +6,6 @@ Registered on the `fsm-agent` group by `fsm_agent.cli`; a thin layer like the re
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -16,17 +15,21 @@ from fsm_agent.chain import require_keyed as require_keyed_chain
 from fsm_agent.chain_key import key_from_env, read_key_file
 from fsm_agent.cli import cli, finish, paused_or, progress_line
 from fsm_agent.cli_options import (
+    OutputPath,
     cli_errors,
     db_option,
     journal_store,
     json_option,
     model_options,
+    read_journal,
+    refuse_overlaps,
     shell_arg,
     shown,
 )
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.models import ModelAdapter
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, read_record
+from fsm_agent.run_ids import names_a_file
 from fsm_agent.runfile import read_run_file, verify_run_file
 from fsm_agent.tools import ToolRegistry, load_tools
 
@@ -54,13 +57,13 @@ def _verify_reports(
         record = _read_record(record_path)
         record_file = (record, record_path)
         source = record.run_id if source is None else source
-    if source is not None and (source.endswith(".json") or Path(source).is_file()):
+    if source is not None and names_a_file(source):
         run_file = read_run_file(source, checked=False)
         _same_run(record_file, run_file.run.run_id, source)
         return [verify_run_file(run_file, key=key, record_file=record_file)]
     if source is None and not all_runs:
         raise InvalidInputError("give a RUN_ID, a run FILE, or --all (or --record FILE)")
-    with journal_store(db, must_exist=True) as store:
+    with read_journal(db) as store:
         ids = store.run_ids() if source is None else [source]
         _same_run(record_file, ids[0] if ids else "", source or "")
         return [verify_run(store, run_id, key=key, record_file=record_file) for run_id in ids]
@@ -179,15 +182,16 @@ def pause(run_id: str, why: str, who: str | None, db: str) -> None:
 @db_option
 @click.option(
     "--trace-copy",
-    type=click.Path(dir_okay=False),
+    type=OutputPath(),
     help="Ship a run file of the whole run here before it may halt (as for `run`).",
 )
 @click.option(
     "--record",
     "record_path",
+    type=OutputPath(),
     default=DEFAULT_RECORD_PATH,
     show_default=True,
-    help="Where the halt record JSON is written.",
+    help="Where the halt record JSON is written (never over the journal, a directory or a device).",
 )
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No live step lines on stderr.")
@@ -201,6 +205,7 @@ def resume(
     record_path: str,
     as_json: bool,
     quiet: bool,
+    secret_env: tuple[str, ...],
 ) -> None:
     """Continue an interrupted or paused run from its last committed transition, with the
     same frozen budgets. A tool call with no journaled receipt is re-issued only if the tool
@@ -210,6 +215,7 @@ def resume(
     """
     from fsm_agent.worker import resume_run
 
+    refuse_overlaps(db, {"--record": record_path, "--trace-copy": trace_copy})
     tools = load_tools(tools_module) if tools_module else ToolRegistry()
     with journal_store(db, must_exist=True) as store:
         row = store.get_run(run_id)
@@ -226,6 +232,19 @@ def resume(
                 record_path=record_path,
                 on_transition=on_transition,
                 trace_copy=trace_copy,
+                secret_env=secret_env,
             )
         )
     finish(record, record_path, as_json)
+
+
+@cli.command()
+@db_option
+@cli_errors
+def migrate(db: str) -> None:
+    """Bring the journal's schema up to date (or create it): the one write that commands
+    that only read (runs, show, replay, export, report, stats, verify, queue) leave to you.
+    Every command that writes does it too; a foreign database is refused, never touched."""
+    with journal_store(db):
+        pass
+    click.echo(f"journal {shown(db)} is up to date")

@@ -7,6 +7,7 @@ commands as values (`db`, `as_json`, `budgets`, `model`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from fsm_agent.errors import FsmAgentError, InvalidInputError
 from fsm_agent.halt import EXIT_INTERNAL_ERROR, EXIT_INVALID_INPUT
 from fsm_agent.journal import Store
 from fsm_agent.models import ModelAdapter, load_model
+from fsm_agent.redaction import env_secrets
 from fsm_agent.worker import DEFAULT_DB
 
 if TYPE_CHECKING:
@@ -64,6 +66,46 @@ def cli_errors(fn: F) -> F:
             ) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+if TYPE_CHECKING:  # generic in the click releases that ship type hints for it
+    _PathType = click.ParamType[str]
+else:
+    _PathType = click.ParamType
+
+
+class OutputPath(_PathType):
+    """An output file (or, with `directory`, directory) option, checked when the command
+    line is read, before anything runs (`fsm_agent.outputs`): a directory, a device, a
+    database, an empty path or a place this process cannot write is `Error: Invalid value
+    for '--record': …`, exit 2."""
+
+    name = "path"
+
+    def __init__(self, *, directory: bool = False) -> None:
+        self.directory = directory
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from fsm_agent.outputs import output_problem
+
+        text = str(os.fspath(value))
+        problem = output_problem(text, directory=self.directory)
+        if problem is not None:
+            self.fail(f"{text!r} {problem}", param, ctx)
+        return text
+
+
+def refuse_overlaps(
+    db: str | None,
+    outputs: dict[str, str | None],
+    inputs: dict[str, str | None] | None = None,
+) -> None:
+    """Before anything runs: no output is the journal (`--db`), an input file read by the
+    command, or another output (`Error: --record: …`, exit 2)."""
+    from fsm_agent.outputs import check_distinct, is_regular_file
+
+    files = {what: p for what, p in (inputs or {}).items() if p is not None and is_regular_file(p)}
+    check_distinct(outputs, journal=db, inputs=files)
 
 
 def shown(db: str) -> str:
@@ -119,20 +161,29 @@ def budget_options(fn: F) -> F:
 
 
 @contextmanager
-def journal_store(db: str, *, must_exist: bool = False) -> Iterator[Store]:
+def journal_store(db: str, *, must_exist: bool = False, read_only: bool = False) -> Iterator[Store]:
     """The journal `--db` names, closed afterwards: a SQLite file (`must_exist`: refuse a
     file that is not there rather than create it) or a PostgreSQL DSN (a server's journal is
-    created on first use; a server that cannot be reached is a `JournalError`)."""
+    created on first use; a server that cannot be reached is a `JournalError`).
+    `read_only`: for a command that only reads — the journal is never created, migrated or
+    written."""
     # The backend (sqlite-utils, psycopg) is imported only by commands that use a journal.
     from stores import is_dsn, open_store
 
-    if must_exist and not is_dsn(db) and not Path(db).exists():
+    if (must_exist or read_only) and not is_dsn(db) and not Path(db).exists():
         raise InvalidInputError(f"no journal at {db} (run something first, or pass --db PATH)")
-    store = open_store(db)
+    store = open_store(db, read_only=read_only)
     try:
         yield store
     finally:
         store.close()
+
+
+def read_journal(db: str) -> contextlib.AbstractContextManager[Store]:
+    """The journal of a command that only reads (`runs`, `show`, `replay`, `export`,
+    `report`, `stats`, `verify`, `queue`): it must exist, and is never migrated or
+    written."""
+    return journal_store(db, must_exist=True, read_only=True)
 
 
 def _endpoint(model_spec: str, options: dict[str, Any]) -> Endpoint | None:
@@ -187,6 +238,15 @@ _MODEL_OPTIONS = (
         type=float,
         help="openai: dollars counted for a call whose usage is unknown (required with prices).",
     ),
+    click.option(
+        "--secret-env",
+        "secret_env",
+        metavar="NAME",
+        multiple=True,
+        help="The NAME of an environment variable whose value is a secret: redacted as"
+        " [redacted:NAME] from the task, every reply and tool result before anything is"
+        " journaled (the --api-key-env key always is). Repeatable.",
+    ),
 )
 
 
@@ -196,12 +256,13 @@ _ENDPOINT_OPTIONS = ("base_url", "api_key_env", "lane_tier", "price_in", "price_
 
 def _with_model(fn: F, build: Callable[[str, Endpoint | None], Any]) -> F:
     """`--model` and the endpoint options, handed to the command as
-    `model=build(spec, endpoint)`."""
+    `model=build(spec, endpoint)`, and `--secret-env` as `secret_env` (names, checked)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         spec = kwargs.pop("model_spec")
         endpoint = _endpoint(spec, {name: kwargs.pop(name) for name in _ENDPOINT_OPTIONS})
+        env_secrets(kwargs["secret_env"])  # unset or too short: `Error: …`, exit 2, now
         kwargs["model"] = build(spec, endpoint)
         return fn(*args, **kwargs)
 

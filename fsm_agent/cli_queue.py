@@ -17,12 +17,15 @@ import click
 from fsm_agent import serde
 from fsm_agent.cli import cli
 from fsm_agent.cli_options import (
+    OutputPath,
     budget_options,
     cli_errors,
     db_option,
     journal_store,
     json_option,
     model_factory_options,
+    read_journal,
+    refuse_overlaps,
     shell_arg,
     shown,
 )
@@ -31,22 +34,32 @@ from fsm_agent.journal import Job, JobStatus
 from fsm_agent.models import ModelAdapter
 from fsm_agent.queue import DEFAULT_DRAIN_S, DEFAULT_LEASE_S, DEFAULT_RECORDS
 from fsm_agent.queue import submit as submit_job
+from fsm_agent.run_ids import check_run_id, shown_run_id
 
 
 @cli.command()
 @click.argument("machine")
 @click.option("--task", required=True, help="What the agent is asked to do.")
 @budget_options
+@click.option(
+    "--run-id",
+    help="The run's id (default: 12 random hex digits): 1 to 64 of A-Z a-z 0-9 . _ -, a letter"
+    " or digit first; refused if the journal has it already.",
+)
 @db_option
 @cli_errors
-def submit(machine: str, task: str, budgets: dict[str, int | float | None], db: str) -> None:
+def submit(
+    machine: str, task: str, budgets: dict[str, int | float | None], run_id: str | None, db: str
+) -> None:
     """Queue a run of MACHINE (a declared name or a .yaml path) for a worker; print its id.
 
     The declaration and the budgets (its defaults with these overrides) are checked and
     frozen now; `fsm-agent worker` runs it.
     """
+    if run_id is not None:
+        check_run_id(run_id, where="--run-id")  # before the journal is opened
     with journal_store(db) as store:
-        job = submit_job(store, machine, task, budgets)
+        job = submit_job(store, machine, task, budgets, run_id=run_id)
     click.echo(job.run_id)
 
 
@@ -83,7 +96,7 @@ def submit(machine: str, task: str, budgets: dict[str, int | float | None], db: 
 @click.option(
     "--records",
     "records_dir",
-    type=click.Path(file_okay=False),
+    type=OutputPath(directory=True),
     default=DEFAULT_RECORDS,
     show_default=True,
     help="Directory for the halt records (RUN_ID.json).",
@@ -103,6 +116,7 @@ def worker(
     records_dir: str,
     max_jobs: int | None,
     idle_exit: bool,
+    secret_env: tuple[str, ...],
 ) -> None:
     """Lease queued runs and drive them to a halt, CONCURRENCY at a time.
 
@@ -113,6 +127,7 @@ def worker(
     from fsm_agent.queue_worker import QueueWorker
     from fsm_agent.tools import load_tools
 
+    refuse_overlaps(db, {"--records": records_dir})
     load_tools(tools_module)  # a bad module is `Error: …` (exit 2) before any lease
     with journal_store(db):  # the journal opens (and is migrated) before any thread starts
         pass
@@ -126,6 +141,7 @@ def worker(
         records=records_dir,
         max_jobs=max_jobs,
         idle_exit=idle_exit,
+        secret_env=secret_env,
     ).serve()
     sys.exit(code)
 
@@ -162,7 +178,7 @@ _VIEWS: dict[str, tuple[JobStatus, ...]] = {
 def queue(status: str, limit: int, db: str, as_json: bool) -> None:
     """List the run queue (each status oldest first): run id, status, attempts, seconds
     left on the lease, owner, task; then how many jobs there are of each status."""
-    with journal_store(db, must_exist=True) as store:
+    with read_journal(db) as store:
         jobs = [j for s in _VIEWS[status] for j in store.jobs(s, limit=limit)]
         counts = store.job_counts()
     if as_json:
@@ -218,7 +234,9 @@ def dequeue(run_id: str, why: str, who: str | None, db: str) -> None:
             f" `fsm-agent resume {run_id} --db {shell_arg(db)} --model …`"
         )
     elif job is None:
-        raise InvalidInputError(f"no job for run {run_id} in the queue of {shown(db)}")
+        raise InvalidInputError(
+            f"no job for run {shown_run_id(run_id)} in the queue of {shown(db)}"
+        )
     elif job.status == "leased":
         raise InvalidInputError(
             f"job {run_id} is leased by {job.owner}, which is driving it: pause the run"

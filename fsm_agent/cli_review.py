@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -16,11 +15,14 @@ from fsm_agent import serde
 from fsm_agent.chain import ChainReport, verify_run
 from fsm_agent.cli import cli
 from fsm_agent.cli_options import (
+    OutputPath,
     budget_options,
     cli_errors,
     db_option,
     journal_store,
     json_option,
+    read_journal,
+    refuse_overlaps,
     shown,
 )
 from fsm_agent.diagram import FORMATS, DiagramFormat, GraphvizMissing, export_diagram, run_path
@@ -29,6 +31,7 @@ from fsm_agent.journal import Control, ControlKind, Event, RunRow
 from fsm_agent.record import atomic_write_text
 from fsm_agent.replay import ReplayReport, load_run, replay_events, with_chain
 from fsm_agent.replay_view import format_step
+from fsm_agent.run_ids import names_a_file
 from fsm_agent.spec import load_machine, parse_machine
 
 
@@ -41,13 +44,13 @@ def _load(source: str, db: str) -> tuple[RunRow, list[Event]]:
 def _load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainReport]:
     """`_load`, with the verdict on the run's hash chain (a run file whose chain does not
     verify is refused when it is read, naming the seq)."""
-    if source.endswith(".json") or Path(source).is_file():
+    if names_a_file(source):
         from fsm_agent.runfile import read_run_file, verify_run_file
 
         run_file = read_run_file(source)
         return run_file.run, list(run_file.events), verify_run_file(run_file)
-    run, events = load_run(db, source)
-    with journal_store(db, must_exist=True) as store:
+    run, events = load_run(db, source)  # read only, as every command here but import
+    with read_journal(db) as store:
         return run, events, verify_run(store, source)
 
 
@@ -122,9 +125,7 @@ def replay(
 
 @cli.command("export")
 @click.argument("run_id")
-@click.option(
-    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="Run file to write."
-)
+@click.option("-o", "--output", required=True, type=OutputPath(), help="Run file to write.")
 @db_option
 @cli_errors
 def export_(run_id: str, output: str, db: str) -> None:
@@ -132,7 +133,8 @@ def export_(run_id: str, output: str, db: str) -> None:
     self-contained JSON file, atomically: how traces leave the box for a review."""
     from fsm_agent.runfile import export_run, write_run_file
 
-    with journal_store(db, must_exist=True) as store:
+    refuse_overlaps(db, {"--output": output})
+    with read_journal(db) as store:
         run_file = export_run(store, run_id)
         chain = verify_run(store, run_id)
     write_run_file(run_file, output)
@@ -171,7 +173,7 @@ def stats(db: str, machine: str | None, since: str | None, as_json: bool) -> Non
     """Count halt reasons per machine, with steps used/max, duration and cost percentiles."""
     from fsm_agent.stats import format_stats, halt_stats
 
-    with journal_store(db, must_exist=True) as store:
+    with read_journal(db) as store:
         result = halt_stats(store, machine=machine, since=since)
     if as_json:
         click.echo(json.dumps(serde.unstructure(result), indent=2))
@@ -190,7 +192,7 @@ def stats(db: str, machine: str | None, since: str | None, as_json: bool) -> Non
     help="mermaid renders in code review; svg is drawn by graphviz-pure (installed with"
     " fsm-agent).",
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File (default: stdout).")
+@click.option("-o", "--output", type=OutputPath(), help="File (default: stdout).")
 @click.option("--run", "run_source", help="Highlight the path of this run id or run file.")
 @db_option
 @cli_errors
@@ -198,6 +200,8 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
             db: str) -> None:  # fmt: skip
     """Export MACHINE (a declared name or a .yaml path) as a diagram; with --run, the path
     the run took is highlighted and its halt state marked with the halt reason."""
+    if output is not None:
+        refuse_overlaps(db, {"--output": output}, {"MACHINE": machine, "--run": run_source})
     spec = load_machine(machine)
     path = None
     if run_source is not None:
@@ -217,15 +221,13 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
     if output is None:
         click.echo(text, nl=False)
     else:
-        atomic_write_text(output, text)
+        atomic_write_text(output, text, private=False)  # made for review: the umask's mode
         click.echo(f"wrote {fmt} diagram of {spec.name} to {output}")
 
 
 @cli.command("report")
 @click.argument("source")
-@click.option(
-    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="HTML file to write."
-)
+@click.option("-o", "--output", required=True, type=OutputPath(), help="HTML file to write.")
 @db_option
 @cli_errors
 def report_(source: str, output: str, db: str) -> None:
@@ -233,6 +235,7 @@ def report_(source: str, output: str, db: str) -> None:
     record, the machine with the run's path, the replay verdict and every transition."""
     from fsm_agent.report import incident_report, write_report
 
+    refuse_overlaps(db, {"--output": output}, {"SOURCE": source})
     run, events, chain = _load_checked(source, db)
     try:
         page = incident_report(run, events, chain)

@@ -15,6 +15,7 @@ from fsm_agent.lanes import ControlPlane, Lane
 from fsm_agent.models import ModelAdapter
 from fsm_agent.proposals import Proposal, ToolCall
 from fsm_agent.record import RECORD_TOOL_CALLS, ToolCallEntry
+from fsm_agent.redaction import NO_SECRETS, Redactor
 from fsm_agent.snapshot import SUCCESS_RULES, PendingEffect, Receipted, Snapshot, ToolOutcome
 from fsm_agent.spec import MachineSpec
 from fsm_agent.tools import ToolRegistry
@@ -43,6 +44,8 @@ class RunContext:
     repair: Literal["none", "refused", "repaired", "failed"] = "none"
     #: the second-opinion judge: callable(Snapshot) -> bool, with its `lane`
     judge: Callable[[Snapshot], Any] | None = None
+    #: the secrets redacted from every reply and tool outcome before the run sees them
+    secrets: Redactor = NO_SECRETS
     steps_used: int = 0
     retries_used: int = 0
     cost: float = 0.0

@@ -64,6 +64,16 @@ class JournalError(FsmAgentError):
         super().__init__(f"journal {where}: {message}")
 
 
+class NotAJournal(InvalidInputError):
+    """The database at `path` belongs to something else (its tables are not an fsm-agent
+    journal's, or there is no journal there yet for a command that only reads); it was left
+    as it is."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}")
+
+
 class RunPaused(FsmAgentError):
     """A person paused the run: its process stops, the run waits in the journal for
     `fsm-agent resume` (not a halt: it has no halt reason and no record yet)."""
@@ -87,9 +97,14 @@ class RunNotFound(InvalidInputError):
     """No run with that id exists in the journal."""
 
     def __init__(self, run_id: str, *, path: str) -> None:
+        from fsm_agent.run_ids import BadRunId, is_run_id, shown_run_id
+
         self.run_id = run_id
         self.path = path
-        super().__init__(f"no run {run_id!r} in {path} (list them with `fsm-agent runs`)")
+        message = f"no run {shown_run_id(run_id)} in {path}"
+        if not is_run_id(run_id):  # say why it cannot be one (a journal may still hold it)
+            message = f"no run in {path} has that id: {BadRunId(run_id)}"
+        super().__init__(f"{message} (list them with `fsm-agent runs`)")
 
 
 class Interrupted(BaseException):

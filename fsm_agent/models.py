@@ -115,6 +115,8 @@ class ModelCallFailed(FsmAgentError):
         self.kind = kind
         self.detail = detail
         self.raw = None if raw is None else clip(raw)
+        #: the raw body uncut, for the runtime to redact secrets from before cutting it
+        self.raw_full = raw
         self.rejection: RejectionKind = rejection
         self.cost = float(cost)
         super().__init__(f"{kind}: {detail}")
@@ -188,6 +190,15 @@ def describe_tools(registry: ToolRegistry, names: Sequence[str]) -> tuple[ToolSp
     return specs
 
 
+def _finite_cost(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
 @runtime_checkable
 class ModelAdapter(Protocol):
     """Anything callable with a `Prompt`."""
@@ -207,8 +218,13 @@ class ScriptedModel:
     isolation = "inline"
 
     def __init__(self, replies: Sequence[Any], *, cost_per_call: float = 0.0) -> None:
+        if not _finite_cost(cost_per_call):
+            raise AdapterError(
+                f"cost_per_call must be a finite number >= 0, not {cost_per_call!r}",
+                spec="scripted",
+            )
         self.replies = list(replies)
-        self.cost_per_call = cost_per_call
+        self.cost_per_call = float(cost_per_call)
         self.calls = 0
 
     @classmethod
@@ -227,8 +243,10 @@ class ScriptedModel:
         if isinstance(data, dict):
             cost = data.get("cost_per_call", 0.0)
             data = data.get("replies")
-            if isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0:
-                raise AdapterError("cost_per_call must be a number >= 0", spec=spec)
+            if not _finite_cost(cost):  # NaN, ±Infinity: JSON as Python reads it
+                raise AdapterError(
+                    f"cost_per_call must be a finite number >= 0, not {cost!r}", spec=spec
+                )
         if not isinstance(data, list):
             raise AdapterError("a script is a JSON list of replies", spec=spec)
         return cls(data, cost_per_call=float(cost))

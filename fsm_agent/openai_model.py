@@ -10,7 +10,9 @@ Every fault fails closed as a `ModelCallFailed` with a named kind (see `FAULTS`)
 runtime journals it with the raw body (truncated) and treats it as a rejection, so a
 broken reply can cost a step but never score as success. The API key is read from an
 environment variable whose *name* is configured, sent only in the `Authorization` header,
-and scrubbed from every body and message this module reports. The wire format (messages,
+and redacted (`[redacted:NAME]`, see `fsm_agent.redaction`) from everything this module
+returns or reports: a reply's text, answer, tool name and arguments, a failed call's body
+and message, in any JSON spelling of it. The wire format (messages,
 advertised tools, strict reading of replies) is in `fsm_agent.openai_wire`.
 """
 
@@ -42,6 +44,7 @@ from fsm_agent.openai_wire import (
     text_of,
     token_count,
 )
+from fsm_agent.redaction import MIN_SECRET_CHARS, NO_SECRETS, Redactor, Secret
 
 if TYPE_CHECKING:
     import ssl
@@ -158,6 +161,10 @@ def _read_key(name: str | None, spec: str) -> str | None:
     if not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
         # an HTTP header cannot carry it, and the client's error would quote it
         raise AdapterError(f"the API key in {name} is not one printable ASCII word", spec=spec)
+    if len(key) < MIN_SECRET_CHARS:  # redacting it would redact ordinary text
+        raise AdapterError(
+            f"the API key in {name} is shorter than {MIN_SECRET_CHARS} characters", spec=spec
+        )
     return key
 
 
@@ -180,6 +187,10 @@ class OpenAIChatModel:
         self.url = endpoint.base_url.rstrip("/") + "/chat/completions"
         self.lane = Lane(kind="http", tier=endpoint.tier)
         self._key = _read_key(endpoint.api_key_env, spec)
+        #: what the runtime redacts from everything the run stores (see fsm_agent.redaction)
+        self.secrets: Redactor = NO_SECRETS
+        if self._key is not None and endpoint.api_key_env is not None:
+            self.secrets = Redactor([Secret(endpoint.api_key_env, self._key)])
         self._lock = threading.Lock()
         # Opened now, so a run's wall clock does not pay for loading the CA certificates.
         self._client: httpx.Client | None = _new_client()
@@ -309,7 +320,10 @@ class OpenAIChatModel:
         if not isinstance(message, dict):
             what = "no choices" if first is None else "a first choice with no message"
             raise self._fault("no_choices", f"the reply has {what}", raw=body, cost=cost)
-        return ModelReply(content=self._proposal(message, body, cost), cost=cost)
+        # A reply that echoes the key (in its text, an answer, a tool's name or arguments)
+        # is redacted here, before the parser or the journal sees it.
+        proposal = self._proposal(message, body, cost)
+        return ModelReply(content=self.secrets.value(proposal), cost=cost)
 
     def _proposal(self, message: dict[str, Any], body: bytes, cost: float) -> Any:
         """The reply for the parser: its one tool call as `{"tool_call": …}`, else its text."""
@@ -365,17 +379,15 @@ class OpenAIChatModel:
     def _fault(
         self, kind: FaultKind, detail: str, *, raw: bytes | None = None, cost: float | None = None
     ) -> ModelCallFailed:
-        """The named failure, its raw body and message scrubbed of the key. A call that may
-        have been served but returned nothing readable counts the worst case."""
+        """The named failure, its raw body and message with the key redacted (before the
+        body is cut to size: no piece of it is left at the cut). A call that may have been
+        served but returned nothing readable counts the worst case."""
         if cost is None:
             cost = self._unknown_cost() if kind in ("timeout", "connection_reset") else 0.0
-        text = None if raw is None else self._scrub(raw.decode("utf-8", errors="replace"))
+        text = None if raw is None else self.secrets.text(raw.decode("utf-8", errors="replace"))
         return ModelCallFailed(
-            kind, self._scrub(detail), raw=text, rejection=FAULTS[kind], cost=cost
+            kind, self.secrets.text(detail), raw=text, rejection=FAULTS[kind], cost=cost
         )
-
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._key, "[redacted]") if self._key else text
 
 
 @functools.cache

@@ -16,6 +16,7 @@ from fsm_agent.errors import (
     MachineSpecError,
 )
 from fsm_agent.journal import Job, Store
+from fsm_agent.run_ids import check_run_id
 from fsm_agent.spec import MachineSpec, load_machine, machine_path, parse_machine
 
 DEFAULT_LEASE_S = 30.0
@@ -44,7 +45,10 @@ def submit(
 ) -> Job:
     """Queue a run of `machine` (a declared name or a .yaml path) on `task`: the declaration
     is loaded and checked, the budgets frozen (its defaults with `budgets` overrides), and
-    both stored with the job. Returns the job; its `run_id` is the run's."""
+    both stored with the job. Returns the job; its `run_id` is the run's (given, it must
+    be under `fsm_agent.run_ids.RUN_ID_GRAMMAR`)."""
+    if run_id is not None:
+        check_run_id(run_id, where="run_id")
     spec = load_machine(machine)
     if not isinstance(task, str) or not task.strip():
         raise InvalidInputError("task must be a non-empty string")

@@ -22,6 +22,7 @@ from fsm_agent.journaling import now_iso
 from fsm_agent.models import ModelAdapter
 from fsm_agent.queue import WORKER_WHO, queued_spec
 from fsm_agent.record import HaltRecord, write_record
+from fsm_agent.run_ids import record_stem
 from fsm_agent.tools import ToolRegistry
 from fsm_agent.worker import resume_run, run
 
@@ -50,6 +51,7 @@ class JobDriving:
     model: Callable[[], ModelAdapter]
     tools: Callable[[], ToolRegistry]
     lease_s: float
+    secret_env: tuple[str, ...]
     _lock: threading.Lock
 
     if TYPE_CHECKING:
@@ -67,8 +69,10 @@ class JobDriving:
         if row is not None and row.status == "halted":  # its worker died before releasing it
             self._already_halted(store, slot, row)
             return
-        # Each attempt writes its own record file: a stale owner's cannot overwrite it.
-        attempt = self.records / f".{job.run_id}.attempt{job.attempts}.json"
+        # Each attempt writes its own record file: a stale owner's cannot overwrite it. The
+        # names come from `record_stem`: no run id puts a file outside the directory.
+        stem = record_stem(job.run_id)
+        attempt = self.records / f".{stem}.attempt{job.attempts}.json"
         try:
             # Leasing and starting are two steps: a worker that stalled in between (and
             # whose job was dequeued or taken over meanwhile) must not start the run.
@@ -83,7 +87,7 @@ class JobDriving:
             return
         except JournalError as exc:
             if attempt.exists():
-                attempt.replace(self.records / f"{job.run_id}.attempt{job.attempts}.failed.json")
+                attempt.replace(self.records / f"{stem}.attempt{job.attempts}.failed.json")
             self._count("abandoned")
             self._log(
                 f"worker {slot.thread}: run {job.run_id} stopped: {exc}; its lease is left to"
@@ -97,7 +101,7 @@ class JobDriving:
                 return
             self._release(store, slot, "done", f"failed: {exc}", "failed")
             return
-        attempt.replace(self.records / f"{job.run_id}.json")
+        attempt.replace(self.records / f"{stem}.json")
         what = f"halted {record.halt_reason.value} ({record.steps_used} steps)"
         self._release(store, slot, "done", what, "halted")
 
@@ -111,7 +115,7 @@ class JobDriving:
     def _already_halted(self, store: Store, slot: Slot, row: RunRow) -> None:
         """Another worker finished the run but did not release the job: write the record
         file if it is missing, and release the job as done."""
-        final = self.records / f"{row.run_id}.json"
+        final = self.records / f"{record_stem(row.run_id)}.json"
         if row.record is not None and not final.exists():
             write_record(row.record, final)
         reason = row.halt_reason.value if row.halt_reason else "?"
@@ -126,6 +130,7 @@ class JobDriving:
             "record_path": path,
             "handle_signals": False,
             "on_transition": self._watch(store, slot),
+            "secret_env": self.secret_env,
         }
         if journaled:
             return resume_run(job.run_id, lease_held=True, **common)

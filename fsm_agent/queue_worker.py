@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -91,6 +91,7 @@ class QueueWorker(JobDriving):
         poll_s: float = 0.2,
         heartbeat_s: float | None = None,
         log: Callable[[str], None] | None = None,
+        secret_env: Sequence[str] = (),
     ) -> None:
         if concurrency < 1:
             raise InvalidInputError(f"concurrency must be >= 1, got {concurrency}")
@@ -99,6 +100,8 @@ class QueueWorker(JobDriving):
         if max_jobs is not None and max_jobs < 1:
             raise InvalidInputError(f"max_jobs must be >= 1, got {max_jobs}")
         self.location, self.model, self.tools = location, model, tools
+        #: environment variables whose values every run redacts (see fsm_agent.redaction)
+        self.secret_env = tuple(secret_env)
         self.concurrency, self.lease_s, self.drain_s = concurrency, lease_s, drain_s
         self.records = Path(records)
         self.max_jobs, self.idle_exit, self.poll_s = max_jobs, idle_exit, poll_s

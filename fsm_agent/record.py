@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from fsm_agent import serde
 from fsm_agent.budgets import Budgets, Meters
 from fsm_agent.encoding import FILE_ENCODING, FILE_ERRORS
 from fsm_agent.halt import HaltReason
+from fsm_agent.outputs import OutputRefused, replace_problem
 from fsm_agent.receipts import Receipt
 
 RECORD_FORMAT = "fsm-agent/halt-record/1"
@@ -115,14 +116,22 @@ def record_json(record: HaltRecord) -> str:
     return json.dumps(ordered, indent=2, allow_nan=False) + "\n"
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, private: bool = True) -> Path:
     """Write `text` atomically: temp file in the same directory, fsync, rename, fsync the
     directory. A reader sees the old file or the whole new one, never a torn one. Encoded as
-    every file is (`fsm_agent.encoding`): any text a run holds can be written."""
+    every file is (`fsm_agent.encoding`): any text a run holds can be written.
+
+    Only a regular file is ever replaced: a directory, a device, a pipe, a socket or a
+    SQLite database at `path` raises `OutputRefused` (an `OSError`) and nothing is written.
+    The file is private (0600) unless `private=False` (what is made for review: it follows
+    the umask)."""
     target = Path(path)
+    problem = replace_problem(target)
+    if problem is not None:
+        raise OutputRefused(f"{os.fspath(path)!r} {problem}", path=os.fspath(path))
     directory = target.parent if str(target.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    fd, tmp = _new_temp(directory, target.name, 0o600 if private else 0o666)
     try:
         with os.fdopen(fd, "w", encoding=FILE_ENCODING, errors=FILE_ERRORS) as fh:
             fh.write(text)
@@ -138,6 +147,18 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     finally:
         os.close(dir_fd)
     return target
+
+
+def _new_temp(directory: Path, name: str, mode: int) -> tuple[int, Path]:
+    """A new file beside the target, created with `mode` (less the umask)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = directory / f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, flags, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {directory / name}")
 
 
 def write_record(record: HaltRecord, path: str | os.PathLike[str]) -> Path:

@@ -167,7 +167,7 @@ def load_run(path: str | os.PathLike[str], run_id: str | None = None) -> tuple[R
             return run_file.run, list(run_file.events)
     if run_id is None:
         raise InvalidInputError(f"{redact_dsn(str(path))} is a journal: say which run to replay")
-    store = open_store(path)
+    store = open_store(path, read_only=True)  # a read: never created, migrated or written
     try:
         return store.get_run(run_id), store.events(run_id)
     finally:

@@ -190,5 +190,6 @@ def incident_report(run: RunRow, events: Sequence[Event], chain: ChainReport | N
 
 
 def write_report(html_text: str, path: str | os.PathLike[str]) -> Path:
-    """Write a report atomically at `path` (see `record.atomic_write_text`)."""
-    return atomic_write_text(path, html_text)
+    """Write a report atomically at `path` (see `record.atomic_write_text`); made for
+    review, it follows the umask."""
+    return atomic_write_text(path, html_text, private=False)

@@ -31,6 +31,7 @@ from fsm_agent.encoding import text_sha256, unencodable
 from fsm_agent.errors import InvalidInputError, JournalError, RunNotFound
 from fsm_agent.journal import Event, RunRow, Store
 from fsm_agent.record import HaltRecord, atomic_write_text
+from fsm_agent.run_ids import BadRunId, is_run_id
 
 RUN_FILE_FORMAT: Final = "fsm-agent/run/3"
 #: Every format this fsm-agent reads: run/2 files (written before the run row carried its
@@ -230,6 +231,8 @@ def import_run(store: Store, run_file: RunFile, *, source: str = "run file") -> 
     when the store already holds the run id: an import never overwrites.
     """
     check_run_file(run_file, source=source)
+    if not is_run_id(run_file.run.run_id):  # a run id enters this journal: the grammar holds
+        raise RunFileError(str(BadRunId(run_file.run.run_id)), path=source, key="$.run.run_id")
     _refuse_existing(store, run_file)
     report = verify_run_file(run_file, key=getattr(store, "chain_key", None))
     if report.findings:

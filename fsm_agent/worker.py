@@ -12,7 +12,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +38,11 @@ from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_r
 from fsm_agent.machine import compile_machine
 from fsm_agent.models import ModelAdapter
 from fsm_agent.operator import OperatorControls, RoutingFrozen
+from fsm_agent.outputs import check_run_outputs
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord
+from fsm_agent.redaction import run_secrets
 from fsm_agent.resume import Resumption, load_resumable, restore_context
+from fsm_agent.run_ids import check_run_id
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, load_machine
 from fsm_agent.tools import ToolRegistry
@@ -75,6 +78,7 @@ def run(
     trace_copy: str | os.PathLike[str] | None = None,
     repair: Callable[[Any], Any] | None = None,
     judge: Callable[[Snapshot], Any] | None = None,
+    secret_env: Sequence[str] = (),
 ) -> HaltRecord:
     """Run `task` on a declared machine until it halts; return the halt record.
 
@@ -88,11 +92,17 @@ def run(
     local one may vote; one on any other lane makes an invalid reply a hard `schema_fail`.
     `judge` (Snapshot -> bool, with a `lane`) is a second opinion asked before a success:
     it can veto one, never make one; a judge on a free lane has no vote.
+    `secret_env` names environment variables whose values are redacted (`[redacted:NAME]`)
+    from the task, every reply and every tool outcome before anything is journaled, as the
+    `openai:` lane's API key always is (see `fsm_agent.redaction`).
     """
     spec = load_machine(machine) if isinstance(machine, str) else machine
     if not isinstance(task, str) or not task.strip():
         raise InvalidInputError("task must be a non-empty string")
     refuse_unencodable("the task", task)
+    secrets = run_secrets(secret_env, model)
+    check_run_outputs(store, record_path, trace_copy)  # before the run: never the journal
+    rid = uuid.uuid4().hex[:12] if run_id is None else check_run_id(run_id, where="run_id")
     frozen = make_budgets(spec.budgets, budgets)
     declared_policy = spec.policy_path()
     if control is None and declared_policy is not None:
@@ -109,7 +119,7 @@ def run(
     try:
         ctx = RunContext(
             spec=spec,
-            task=task,
+            task=secrets.text(task),
             budgets=frozen,
             model=model,
             tools=registry,
@@ -122,11 +132,12 @@ def run(
             privileged=tuple(t.name for t in registry if t.privileged),
             repair_voter=repair,
             judge=judge,
+            secrets=secrets,
         )
         worker = _Worker(
             ctx,
             opened,
-            run_id or uuid.uuid4().hex[:12],
+            rid,
             Path(record_path),
             on_transition,
             handle_signals,
@@ -161,6 +172,7 @@ def resume_run(
     repair: Callable[[Any], Any] | None = None,
     judge: Callable[[Snapshot], Any] | None = None,
     lease_held: bool = False,
+    secret_env: Sequence[str] = (),
 ) -> HaltRecord:
     """Continue an interrupted or paused run from its last committed transition; return
     its halt record (see `fsm_agent.resume` for what is rebuilt and what is refused).
@@ -171,8 +183,11 @@ def resume_run(
     while nothing ran the run is not counted. Raises `InvalidInputError` for a run that has
     halted, may still be running, or whose journal does not verify. `lease_held`: the
     caller holds the run's queue lease, so its previous owner's lease expired (a queue
-    worker taking a run over); whether that process is alive is not asked.
+    worker taking a run over); whether that process is alive is not asked. `secret_env`
+    as for `run` (give it again: what is secret is not journaled).
     """
+    secrets = run_secrets(secret_env, model)
+    check_run_outputs(store, record_path, trace_copy)
     opened, owned = _open_store(store)
     try:
         row, spec, events, head = load_resumable(opened, run_id, lease_held=lease_held)
@@ -186,6 +201,7 @@ def resume_run(
             repair=repair,
             judge=judge,
         )
+        ctx.secrets = secrets
         worker = _Worker(
             ctx,
             opened,

@@ -54,11 +54,12 @@ def redact_dsn(dsn: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def open_store(location: str | os.PathLike[str]) -> Store:
+def open_store(location: str | os.PathLike[str], *, read_only: bool = False) -> Store:
     """The journal at `location`: a `postgresql://` (or `postgres://`) DSN, or libpq's
     `host=… dbname=…` form, opens `PostgresStore`; anything else is the path of a SQLite
-    file (`SqliteStore`, created if need be). Raises `JournalError` naming the location
-    when it cannot be opened."""
+    file (`SqliteStore`, created if need be). `read_only`: for a command that only reads —
+    nothing is created, migrated or written. Raises `JournalError` naming the location
+    when it cannot be opened, `NotAJournal` for another application's database."""
     if is_dsn(location):
         try:
             from stores.postgres import PostgresStore
@@ -71,7 +72,7 @@ def open_store(location: str | os.PathLike[str]) -> Store:
                 "a PostgreSQL journal needs psycopg 3: pip install 'fsm-agent[postgres]'",
                 path=redact_dsn(str(location)),
             ) from exc
-        return PostgresStore(str(location))
+        return PostgresStore(str(location), read_only=read_only)
     from stores.sqlite import SqliteStore
 
-    return SqliteStore(location)
+    return SqliteStore(location, read_only=read_only)

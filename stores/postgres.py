@@ -63,15 +63,18 @@ Verb = Literal["read", "write"]
 class PostgresStore:
     """A journal in a PostgreSQL database (the tables of the DSN's search path)."""
 
-    def __init__(self, dsn: str, *, chain_key: bytes | None = None) -> None:
+    def __init__(
+        self, dsn: str, *, chain_key: bytes | None = None, read_only: bool = False
+    ) -> None:
         self.dsn = dsn
         #: the key new runs are chained with (`fsm_agent.chain_key`: the environment's when
         #: not given); None: unkeyed
         self.chain_key = chain_key if chain_key is not None else key_from_env()
         self._location = redact_dsn(dsn)
         self._secrets = passwords(dsn)
-        #: Always False: a server decides per statement what a role may write.
-        self.read_only = False
+        #: True for a store opened only to read (its session refuses every write); otherwise
+        #: False: a server decides per statement what a role may write.
+        self.read_only = read_only
         self._lock = threading.RLock()
         self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
         self._keys: dict[str, bytes | None] = {}  # run id -> the key its chain is made with
@@ -89,7 +92,7 @@ class PostgresStore:
         return JournalError(scrub(message, self._secrets), path=self.location, run_id=run_id)
 
     def _connect(self) -> psycopg.Connection[Any]:
-        return connect(self.dsn, self.location, self._secrets)
+        return connect(self.dsn, self.location, self._secrets, read_only=self.read_only)
 
     @contextmanager
     def _tx(self, run_id: str | None, verb: Verb = "write") -> Iterator[psycopg.Connection[Any]]:

@@ -11,16 +11,20 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
-from fsm_agent.errors import JournalError
+from fsm_agent.errors import JournalError, NotAJournal
 from stores.postgres_schema import MIGRATIONS, Migration
 
 #: Seconds to wait for the server when the DSN does not say (`connect_timeout`).
 CONNECT_TIMEOUT_S = 10
 
 
-def connect(dsn: str, location: str, secrets: tuple[str, ...]) -> psycopg.Connection[Any]:
+def connect(
+    dsn: str, location: str, secrets: tuple[str, ...], *, read_only: bool = False
+) -> psycopg.Connection[Any]:
     """A connection (autocommit off) to the journal at `dsn`, its schema up to date. Raises
-    `JournalError` naming `location` (the DSN without its password) when there is none."""
+    `JournalError` naming `location` (the DSN without its password) when there is none.
+    `read_only`: nothing is created or migrated (a journal that needs it is refused), and
+    the session refuses every write."""
 
     def error(message: str) -> JournalError:
         return JournalError(scrub(message, secrets), path=location)
@@ -42,7 +46,10 @@ def connect(dsn: str, location: str, secrets: tuple[str, ...]) -> psycopg.Connec
             " (host, port, database, user) right?"
         ) from exc
     try:
-        migrate(conn, location)
+        if read_only:
+            check_readable(conn, location)
+        else:
+            migrate(conn, location)
     except psycopg.Error as exc:
         conn.close()
         raise error(f"cannot open as a journal: {explain(exc)}") from exc
@@ -106,8 +113,11 @@ def migrate(conn: psycopg.Connection[Any], location: str) -> None:
     processes opening a new journal at once apply each exactly once (the others wait, then
     find nothing to do). An up-to-date journal is only read: no lock, no write."""
     with conn.transaction():
-        if _pending(conn, location, exists_check=True) == []:
+        pending = _pending(conn, location, exists_check=True)
+        if pending == []:
             return
+        if pending is None:
+            _refuse_foreign(conn, location)
     with conn.transaction():
         conn.execute(_LOCK)
         conn.execute(_CREATE_MIGRATIONS)
@@ -115,6 +125,49 @@ def migrate(conn: psycopg.Connection[Any], location: str) -> None:
             for statement in migration.statements:
                 conn.execute(statement)
             conn.execute("INSERT INTO fsm_agent_migrations (name) VALUES (%s)", (migration.name,))
+
+
+def check_readable(conn: psycopg.Connection[Any], location: str) -> None:
+    """For a command that only reads: the journal must be there and up to date (nothing is
+    migrated); then the session is made read-only."""
+    with conn.transaction():
+        pending = _pending(conn, location, exists_check=True)
+    if pending is None:
+        raise NotAJournal(
+            "no fsm-agent journal in this database's search path (run something first, or"
+            " check the DSN and search_path)",
+            path=location,
+        )
+    if pending:
+        raise JournalError(
+            f"written by an older fsm-agent: it needs migration {pending[0].name!r}, and"
+            " commands that only read never migrate a journal; bring it up to date once with"
+            " `fsm-agent migrate --db DSN`",
+            path=location,
+        )
+    conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+    conn.commit()
+
+
+#: The tables a journal makes: another application's table by one of these names in a
+#: schema with no journal means the schema is someone else's.
+_JOURNAL_TABLES = ("runs", "events", "controls", "queue")
+
+
+def _refuse_foreign(conn: psycopg.Connection[Any], location: str) -> None:
+    taken = [
+        name
+        for name in _JOURNAL_TABLES
+        if (row := conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()) is not None
+        and row[0] is not None
+    ]
+    if taken:
+        raise NotAJournal(
+            f"the schema has tables of another application ({', '.join(taken)}) and no"
+            " fsm-agent journal; it was left as it is (give the journal its own schema:"
+            " `?options=-csearch_path%3DNAME`)",
+            path=location,
+        )
 
 
 def _pending(

@@ -57,7 +57,8 @@ def _one_row(cursor: sqlite3.Cursor) -> None:
 
 
 class SqliteStore:
-    """A journal in one SQLite file (default `./fsm-agent.db`)."""
+    """A journal in one SQLite file (default `./fsm-agent.db`); `read_only=True` opens it
+    only to read (nothing is created, migrated or written)."""
 
     def __init__(
         self,
@@ -66,13 +67,17 @@ class SqliteStore:
         synchronous: Synchronous = "NORMAL",
         busy_timeout_ms: int = 5000,
         chain_key: bytes | None = None,
+        read_only: bool = False,
     ) -> None:
         self.path = str(path)
         #: the key new runs are chained with (`fsm_agent.chain_key`: the environment's when
         #: not given); None: unkeyed
         self.chain_key = chain_key if chain_key is not None else key_from_env()
         conn, read_only = open_journal(
-            self.path, synchronous=synchronous, busy_timeout_ms=int(busy_timeout_ms)
+            self.path,
+            synchronous=synchronous,
+            busy_timeout_ms=int(busy_timeout_ms),
+            read_only=read_only,
         )
         #: True when this process may read the journal but not write it.
         self.read_only = read_only

@@ -1,6 +1,10 @@
-"""Opening a journal file: WAL for a process that may write it, a read-only fallback for
-one that may not, and the schema check (a journal from a newer fsm-agent is refused, an
-older one migrated under the write lock).
+"""Opening a journal file: WAL for a process that may write it, read-only for a command
+that only reads (and as a fallback for a process that may not write), and the schema check:
+a journal from a newer fsm-agent is refused, an older one migrated under the write lock —
+never by a read — and a SQLite file of another application is refused, never migrated.
+
+A new journal file is created private (0600): it holds every reply and tool result; SQLite
+gives its -wal and -shm files the same mode.
 """
 
 from __future__ import annotations
@@ -10,27 +14,55 @@ import random
 import sqlite3
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import sqlite_utils
 
-from fsm_agent.errors import JournalError
+from fsm_agent.errors import JournalError, NotAJournal
 from stores.sqlite_schema import KNOWN_MIGRATIONS, migrations
+
+#: A new journal file's mode: private (less nothing: the umask does not widen it).
+JOURNAL_MODE = 0o600
 
 Synchronous = Literal["NORMAL", "FULL"]
 
 
 def open_journal(
-    path: str, *, synchronous: Synchronous, busy_timeout_ms: int
+    path: str, *, synchronous: Synchronous, busy_timeout_ms: int, read_only: bool = False
 ) -> tuple[sqlite3.Connection, bool]:
     """A connection to the journal at `path`, and whether it is read-only for this process.
-    Raises `JournalError` naming the file when it cannot be used as a journal."""
+    `read_only`: open it only to read — nothing is created, migrated or written, and a
+    file with no tables yet reads as an empty journal. Raises `JournalError` naming the file
+    when it cannot be used as a journal, `NotAJournal` for another application's database."""
+    if read_only:
+        if not Path(path).is_file():
+            raise NotAJournal("no journal here (run something first, or pass --db PATH)",
+                              path=path)  # fmt: skip
+        try:
+            return _open_query_only(path, busy_timeout_ms), True
+        except sqlite3.Error as exc:
+            if not may_not_write(exc, path):
+                raise _cannot_open(path, exc) from exc
+        return _open_read_only(path, busy_timeout_ms, requested=True), True
+    _create_private(path)
     try:
         return _open(path, synchronous, busy_timeout_ms), False
     except sqlite3.Error as exc:
         if not (may_not_write(exc, path) and Path(path).is_file()):
             raise _cannot_open(path, exc) from exc
     return _open_read_only(path, busy_timeout_ms), True
+
+
+def _create_private(path: str) -> None:
+    """Create a journal file that is not there yet as an empty private file (SQLite would
+    make it 0644); an existing file keeps its mode."""
+    if path in ("", ":memory:") or path.startswith("file:"):
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, JOURNAL_MODE)
+    except OSError:  # there already, or cannot be made: SQLite says why when it opens it
+        return
+    os.close(fd)
 
 
 def may_not_write(exc: sqlite3.Error, path: str) -> bool:
@@ -85,6 +117,7 @@ def _open(path: str, synchronous: Synchronous, busy_timeout_ms: int) -> sqlite3.
         try:
             conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             conn.execute("PRAGMA foreign_keys = ON")
+            refuse_foreign(path, conn)  # before anything is written, the journal mode included
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'FULL' else 'NORMAL'}")
             _check_schema(path, conn, writable=True)
@@ -100,9 +133,35 @@ def _open(path: str, synchronous: Synchronous, busy_timeout_ms: int) -> sqlite3.
         return conn
 
 
-def _open_read_only(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
-    """Open a journal this process may read but not write (a file or directory owned by
-    someone else). Reads work; every write fails with an error that says read-only.
+def _open_query_only(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    """Open an existing journal for a command that only reads: through SQLite's normal
+    locking (so a live writer's commits are seen, and the -wal and -shm files are cleaned up
+    as usual when the last connection closes), with every write statement refused
+    (`query_only`), no change of journal mode and no migration."""
+    uri = Path(path).resolve().as_uri()
+    conn = sqlite3.connect(f"{uri}?mode=rw", uri=True, isolation_level=None,
+                           check_same_thread=False)  # fmt: skip
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        if not _tables(conn):
+            conn.close()
+            return _empty_journal()
+        _check_schema(path, conn, writable=False, requested=True)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _open_read_only(
+    path: str, busy_timeout_ms: int, *, requested: bool = False
+) -> sqlite3.Connection:
+    """Open a journal only to read: for a command that only reads (`requested`), or one
+    this process may read but not write (a file or directory owned by someone else). Reads
+    work; every write fails with an error that says read-only. A file with no tables yet
+    (being created by a writer this instant, or empty) reads as an empty journal.
 
     A WAL journal is read through its -wal and -shm files. When they exist, SQLite reads
     through them read-only. When they do not and cannot be created (a directory this
@@ -132,20 +191,43 @@ def _open_read_only(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
             conn.close()
             conn = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True,
                                    isolation_level=None, check_same_thread=False)  # fmt: skip
-        _check_schema(path, conn, writable=False)
-    except (sqlite3.Error, JournalError) as exc:
+        if not _tables(conn):
+            conn.close()
+            return _empty_journal()
+        _check_schema(path, conn, writable=False, requested=requested)
+    except (sqlite3.Error, JournalError, NotAJournal) as exc:
         if conn is not None:
             conn.close()
-        if isinstance(exc, JournalError):
+        if isinstance(exc, JournalError | NotAJournal):
             raise
         raise _cannot_open(path, exc) from exc
     return conn
 
 
-def _check_schema(path: str, conn: sqlite3.Connection, *, writable: bool) -> None:
-    """Refuse a journal from a newer fsm-agent; bring an older one up to date."""
+def _tables(conn: sqlite3.Connection) -> list[str]:
+    rows = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        " ORDER BY name"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _empty_journal() -> sqlite3.Connection:
+    """An empty journal in memory, read-only: what a file with no tables yet reads as."""
+    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    migrations.apply(sqlite_utils.Database(conn))
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+def _check_schema(
+    path: str, conn: sqlite3.Connection, *, writable: bool, requested: bool = False
+) -> None:
+    """Refuse another application's database and a journal from a newer fsm-agent; bring
+    an older one up to date (only when `writable`)."""
     db = sqlite_utils.Database(conn)
-    unknown = [m.name for m in migrations.applied(db) if m.name not in KNOWN_MIGRATIONS]
+    applied = refuse_foreign(path, conn)
+    unknown = [m.name for m in applied if m.name not in KNOWN_MIGRATIONS]
     if unknown:
         raise JournalError(
             f"written by a newer fsm-agent (migration {unknown[0]!r});"
@@ -153,6 +235,13 @@ def _check_schema(path: str, conn: sqlite3.Connection, *, writable: bool) -> Non
             path=path,
         )
     pending = migrations.pending(db)
+    if pending and requested and os.access(path, os.W_OK):
+        raise JournalError(
+            f"written by an older fsm-agent: it needs migration {pending[0].name!r}, and"
+            " commands that only read never migrate a journal; bring it up to date once with"
+            f" `fsm-agent migrate --db {path}`",
+            path=path,
+        )
     if pending and not writable:
         raise JournalError(
             f"written by an older fsm-agent: it needs migration {pending[0].name!r}, and"
@@ -161,6 +250,23 @@ def _check_schema(path: str, conn: sqlite3.Connection, *, writable: bool) -> Non
         )
     if pending:
         _migrate(db, conn)
+
+
+def refuse_foreign(path: str, conn: sqlite3.Connection) -> list[Any]:
+    """The fsm-agent migrations applied to the database; `NotAJournal` if it has tables and
+    none of them are fsm-agent's (another application's database: never touched)."""
+    applied: list[Any] = migrations.applied(sqlite_utils.Database(conn))
+    if not applied:
+        tables = _tables(conn)
+        if tables:
+            shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5
+                                             else "")  # fmt: skip
+            raise NotAJournal(
+                f"a SQLite database of another application (tables: {shown}), not an"
+                " fsm-agent journal; it was left as it is (pass --db a new file or a journal)",
+                path=path,
+            )
+    return applied
 
 
 def _cannot_open(path: str, exc: sqlite3.Error) -> JournalError:

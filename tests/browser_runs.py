@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -73,4 +74,6 @@ def hostile_names_run(tmp_path: Path) -> tuple[RunRow, list[Event]]:
     machine = tmp_path / "evil.yaml"
     machine.write_text(text, encoding="utf-8")
     replies: list[object] = [{"tool_call": {"name": "search", "args": {"q": "refund window"}}}]
-    return journaled(tmp_path, replies, machine=str(machine), run_id=f"r1</svg>{SCRIPT}")
+    # A run id outside today's grammar, as a journal from before it may hold one.
+    with mock.patch("fsm_agent.worker.check_run_id", lambda value, **_: value):
+        return journaled(tmp_path, replies, machine=str(machine), run_id=f"r1</svg>{SCRIPT}")

@@ -15,7 +15,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -36,6 +36,9 @@ class Act:
     delay_s: float = 0.0  # wait before answering (a hang, if longer than the client waits)
     reset: bool = False  # drop the connection with a TCP reset instead of answering
     echo_auth: bool = False  # put the request's Authorization header into the body
+    #: build the body from the request's bearer token (a server that echoes the key back
+    #: inside a reply): a JSON-able value, or bytes sent as they are
+    echo: Callable[[str], Any] | None = None
 
 
 def completion(message: dict[str, Any], usage: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -93,6 +96,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = act.body
         if act.echo_auth:
             body = {"error": {"message": f"bad key: {self.headers.get('Authorization')}"}}
+        if act.echo is not None:
+            body = act.echo(self.headers.get("Authorization", "").removeprefix("Bearer "))
         data = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
         try:
             self.send_response(act.status)

@@ -392,7 +392,7 @@ def test_the_api_key_never_reaches_the_journal_the_record_or_the_logs(
     run_id = json.loads(record_path.read_text())["run_id"]
     shown = CliRunner().invoke(cli, ["show", run_id, "--db", str(db), "--json"])
     journal = b"".join(p.read_bytes() for p in tmp_path.glob("j.db*"))
-    assert b"[redacted]" in journal  # the echoed header was journaled, scrubbed
+    assert b"[redacted:FSM_TEST_MODEL_KEY]" in journal  # the echoed header, redacted
     captured = capfd.readouterr()
     for where, content in {
         "journal": journal,

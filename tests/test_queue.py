@@ -800,7 +800,7 @@ def test_dequeue_cancels_a_job_that_never_started_and_holds_one_that_did(
     assert again.exit_code == 2
     assert "already out of the queue (cancelled)" in again.output
     missing = invoke("dequeue", "nope", "--why", "x", "--db", backend)
-    assert (missing.exit_code, "no job for run nope" in missing.output) == (2, True)
+    assert (missing.exit_code, "no job for run 'nope'" in missing.output) == (2, True)
     assert invoke("dequeue", running.run_id, "--why", " ", "--db", backend).exit_code == 2
 
     cancelled = qstore.job(never.run_id)

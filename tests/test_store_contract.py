@@ -32,7 +32,7 @@ from fsm_agent.chain import verify_run
 from fsm_agent.chain_hash import UNKEYED, record_link
 from fsm_agent.cli import cli
 from fsm_agent.encoding import text_sha256
-from fsm_agent.errors import JournalError, RunNotFound
+from fsm_agent.errors import JournalError, NotAJournal, RunNotFound
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import Control, Event, Facts, GuardResult, Job, RunRow, Store
 from fsm_agent.models import ScriptedModel
@@ -1221,3 +1221,61 @@ def test_postgres_store_survives_a_dropped_connection(pg_location: str) -> None:
         assert verify_run(s, "run-1").ok
     finally:
         s.close()
+
+
+# --- opened only to read; another application's tables -----------------------------------------
+
+
+def test_a_store_opened_to_read_creates_nothing_and_writes_nothing(backend: Backend) -> None:
+    with pytest.raises(NotAJournal, match=r"no .*journal"):
+        open_store(backend.location, read_only=True)  # nothing there yet: nothing is made
+    writer = backend.open()
+    try:
+        writer.start_run(run_row(), started())
+    finally:
+        writer.close()
+    reader = open_store(backend.location, read_only=True)
+    try:
+        assert reader.read_only
+        assert reader.events("run-1") == [started()]
+        assert verify_run(reader, "run-1").ok
+        with pytest.raises(JournalError):
+            reader.append(transition(1))
+        with pytest.raises(JournalError):
+            reader.add_control(
+                Control(
+                    id=0,
+                    run_id=None,
+                    kind="freeze_routing",
+                    payload={},
+                    who="w",
+                    why="y",
+                    at="2026-01-01T00:00:00+00:00",
+                )
+            )
+    finally:
+        reader.close()
+    again = backend.open()
+    try:
+        assert [e.seq for e in again.events("run-1")] == [0]
+    finally:
+        again.close()
+
+
+def test_a_read_never_migrates_an_older_journal(backend: Backend) -> None:
+    backend.open().close()
+    table = "fsm_agent_migrations" if backend.name == "postgres" else "_sqlite_migrations"
+    backend.sql(f"DELETE FROM {table} WHERE name = ?", (backend.migrations()[-1],))  # noqa: S608
+    before = backend.migrations()
+    with pytest.raises(JournalError, match="fsm-agent migrate"):
+        open_store(backend.location, read_only=True)
+    assert backend.migrations() == before
+
+
+def test_another_applications_tables_are_refused_untouched(backend: Backend) -> None:
+    backend.sql("CREATE TABLE runs (id INTEGER PRIMARY KEY, what TEXT)")
+    backend.sql("INSERT INTO runs (id, what) VALUES (1, 'a 5k')")
+    for read_only in (False, True):
+        with pytest.raises(NotAJournal):
+            open_store(backend.location, read_only=read_only)
+    assert backend.sql("SELECT id, what FROM runs") == [(1, "a 5k")]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from fsm_agent import HaltReason
+from fsm_agent.journal import Event
 from fsm_agent.replay import replay_events
 from fsm_agent.runfile import read_run_file
 from stores.sqlite import SqliteStore
@@ -27,10 +29,26 @@ def test_the_copy_holds_the_whole_run_and_replays(tmp_path: Path) -> None:
     assert replay_events(shipped.run, shipped.events).ok
 
 
+def block_after_start(blocker: Path) -> Callable[[Event], None]:
+    """An `on_transition` that puts a file where the copy's directory should be once the
+    run has started (a path unusable at the start is refused before the run; this one
+    fails while it runs, as a lost mount would)."""
+
+    def block(event: Event) -> None:
+        if event.kind == "started":
+            blocker.write_text("a file where the copy's directory should be")
+
+    return block
+
+
 def test_a_failed_copy_is_never_reported_as_done(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
-    blocker.write_text("a file where the copy's directory should be")
-    record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], trace_copy=blocker / "run.json")
+    record = lab_run(
+        tmp_path,
+        [LOOKUP, {"answer": "swordfish"}],
+        trace_copy=blocker / "run.json",
+        on_transition=block_after_start(blocker),
+    )
     assert record.halt_reason is HaltReason.INTERNAL_ERROR
     assert record.terminal_state == "handoff"
     assert record.error is not None
@@ -41,8 +59,12 @@ def test_a_failed_copy_is_never_reported_as_done(tmp_path: Path) -> None:
 
 def test_a_failed_copy_keeps_a_budget_halt_and_says_so(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
-    blocker.write_text("x")
-    record = lab_run(tmp_path, [MISS] * 10, trace_copy=blocker / "run.json")
+    record = lab_run(
+        tmp_path,
+        [MISS] * 10,
+        trace_copy=blocker / "run.json",
+        on_transition=block_after_start(blocker),
+    )
     assert record.halt_reason is HaltReason.MAX_STEPS
     assert record.error is not None
     assert record.error.startswith("step budget spent: 8 of 8 model calls; the trace copy to")

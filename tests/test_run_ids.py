@@ -1,0 +1,216 @@
+"""Run ids are checked where they enter (`run(run_id=…)`, `submit`, `import`), stay legible
+in messages however long, and never put a file outside its directory; a journal holding an
+id from before the grammar is still read by every command.
+
+Through the real CLI on real SQLite files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from click.testing import CliRunner
+
+from fsm_agent import load_tools, run
+from fsm_agent.cli import cli
+from fsm_agent.models import ScriptedModel
+from fsm_agent.queue import submit
+from fsm_agent.run_ids import BadRunId, is_run_id, record_stem
+from fsm_agent.runfile import read_run_file, write_run_file
+from stores.sqlite import SqliteStore
+from tests.lab import LOOKUP, rechained
+
+PROPER = Path(__file__).parent.parent / "examples" / "halt_lab" / "proper.json"
+BAD_IDS = ["../../x", "/abs/x", "", ".hidden", "a b", "run/1", "é", "a" * 65, "-x", "x\n"]
+LONG = "a" * 5000
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def lab(db: Path, record: Path, **options: Any) -> Any:
+    return run(
+        "agent_loop",
+        task="Find the lab password",
+        model=ScriptedModel([LOOKUP, {"answer": "swordfish"}]),
+        tools=load_tools("examples.halt_lab.tools"),
+        store=db,
+        record_path=record,
+        **options,
+    )
+
+
+def test_the_grammar() -> None:
+    assert all(is_run_id(i) for i in ["a", "0", "A.b_c-1", "a" * 64, "3f2a9c0d1e4b", "x..y"])
+    assert not any(is_run_id(i) for i in BAD_IDS)
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_run_refuses_a_run_id_outside_the_grammar_before_it_starts(
+    bad: str, tmp_path: Path
+) -> None:
+    with pytest.raises(BadRunId, match=r"run_id .* is not a run id"):
+        lab(tmp_path / "j.db", tmp_path / "r.json", run_id=bad)
+    assert not (tmp_path / "j.db").exists()
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("bad", ["../../x", "/abs/x", LONG])
+def test_submit_refuses_a_run_id_outside_the_grammar(bad: str, tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    result = invoke("submit", "agent_loop", "--task", "t", "--run-id", bad, "--db", str(db))
+    assert result.exit_code == 2, result.output
+    assert "Error: --run-id" in result.output
+    assert "is not a run id" in result.output
+    assert len(result.output) < 400  # a long id is cut, its length said
+    assert not db.exists()
+    store = SqliteStore(db)
+    try:
+        with pytest.raises(BadRunId):
+            submit(store, "agent_loop", "t", run_id=bad)
+        assert store.jobs() == []
+    finally:
+        store.close()
+
+
+def test_submit_takes_a_run_id_in_the_grammar(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    result = invoke("submit", "agent_loop", "--task", "t", "--run-id", "nightly-7.a", "--db",
+                    str(db))  # fmt: skip
+    assert (result.exit_code, result.output) == (0, "nightly-7.a\n")
+    again = invoke("submit", "agent_loop", "--task", "t", "--run-id", "nightly-7.a", "--db",
+                   str(db))  # fmt: skip
+    assert again.exit_code == 70  # the id is used: a journal error, nothing queued twice
+    assert "already" in again.output
+
+
+def test_import_refuses_a_run_file_whose_id_is_outside_the_grammar(tmp_path: Path) -> None:
+    record = lab(tmp_path / "a.db", tmp_path / "r.json")
+    exported = tmp_path / "run.json"
+    assert invoke("export", record.run_id, "-o", str(exported), "--db",
+                  str(tmp_path / "a.db")).exit_code == 0  # fmt: skip
+    original = read_run_file(exported)
+    bad = "../../escaped"
+    events = tuple(attrs.evolve(e, run_id=bad) for e in original.events)
+    assert original.record is not None
+    forged = rechained(
+        attrs.evolve(
+            original,
+            run=attrs.evolve(original.run, run_id=bad),
+            events=events,
+            record=attrs.evolve(original.record, run_id=bad),
+        )
+    )
+    write_run_file(forged, exported)
+    assert invoke("verify", str(exported)).exit_code == 0  # a sound file: only its id is bad
+    result = invoke("import", str(exported), "--db", str(tmp_path / "b.db"))
+    assert result.exit_code == 2, result.output
+    assert "is not a run id" in result.output
+    assert "@ $.run.run_id" in result.output
+
+
+@pytest.mark.parametrize("command", ["verify", "replay", "report", "show", "export", "pause"])
+def test_a_5000_character_id_is_a_clear_invalid_input(command: str, tmp_path: Path) -> None:
+    db = tmp_path / "j.db"
+    lab(db, tmp_path / "r.json")
+    extra = {"report": ["-o", str(tmp_path / "x.html")], "export": ["-o", str(tmp_path / "x")],
+             "pause": ["--why", "w"]}.get(command, [])  # fmt: skip
+    result = invoke(command, LONG, "--db", str(db), *extra)
+    assert result.exit_code == 2, result.output
+    assert "is not a run id" in result.output
+    assert "(5,000 characters)" in result.output
+    assert len(result.output) < 500
+
+
+# --- journals from before the grammar ----------------------------------------------------------
+
+
+@pytest.fixture
+def legacy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """A journal with a run whose id an older fsm-agent accepted (`../../legacy run`)."""
+    rid = "../../legacy run"
+    with monkeypatch.context() as m:
+        m.setattr("fsm_agent.worker.check_run_id", lambda value, **_: value)
+        lab(tmp_path / "old.db", tmp_path / "r.json", run_id=rid)
+    return tmp_path / "old.db", rid
+
+
+def test_a_legacy_id_is_still_read_by_every_command(
+    legacy: tuple[Path, str], tmp_path: Path
+) -> None:
+    db, rid = legacy
+    for args in (
+        ["show", rid],
+        ["show", rid, "--json"],
+        ["replay", rid],
+        ["verify", rid],
+        ["export", rid, "-o", str(tmp_path / "legacy.json")],
+        ["report", rid, "-o", str(tmp_path / "legacy.html")],
+        ["runs"],
+        ["stats"],
+    ):
+        result = invoke(*args, "--db", str(db))
+        assert result.exit_code == 0, (args, result.output)
+    assert read_run_file(tmp_path / "legacy.json").run.run_id == rid
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("old.db")) == [
+        "legacy.html", "legacy.json", "r.json",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("rid", ["../../escaped", "/abs/escaped"])
+def test_worker_records_stay_in_their_directory_whatever_the_id(
+    rid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job queued by an older fsm-agent under an id outside the grammar whose run halted
+    before its worker released it: the record file the next worker writes is named from a
+    hash of the id, inside --records."""
+    db, records = tmp_path / "q.db", tmp_path / "work" / "records"
+    monkeypatch.setattr("fsm_agent.queue.check_run_id", lambda value, **_: value)
+    monkeypatch.setattr("fsm_agent.worker.check_run_id", lambda value, **_: value)
+    store = SqliteStore(db)
+    try:
+        submit(store, "agent_loop", "Find the lab password", run_id=rid)
+    finally:
+        store.close()
+    lab(db, tmp_path / "r.json", run_id=rid)  # halted; its job is still queued
+    monkeypatch.undo()
+    result = invoke(
+        "worker", "--db", str(db), "--tools", "examples.halt_lab.tools", "--model",
+        f"scripted:{PROPER}", "--records", str(records), "--max-jobs", "1", "--idle-exit",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in records.iterdir()] == [f"{record_stem(rid)}.json"]
+    assert record_stem(rid).startswith("run-")
+    assert json.loads((records / f"{record_stem(rid)}.json").read_text())["run_id"] == rid
+    outside = {p for p in tmp_path.rglob("*") if p.is_file()} - {
+        records / f"{record_stem(rid)}.json", tmp_path / "r.json",
+    }  # fmt: skip
+    assert {p.name for p in outside} <= {"q.db", "q.db-wal", "q.db-shm"}
+    assert not Path("/abs").exists()
+
+
+def test_a_legacy_job_never_started_is_not_started_under_its_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, records = tmp_path / "q.db", tmp_path / "records"
+    with monkeypatch.context() as m:
+        m.setattr("fsm_agent.queue.check_run_id", lambda value, **_: value)
+        store = SqliteStore(db)
+        try:
+            submit(store, "agent_loop", "t", run_id="../../x")
+        finally:
+            store.close()
+    result = invoke(
+        "worker", "--db", str(db), "--tools", "examples.halt_lab.tools", "--model",
+        f"scripted:{PROPER}", "--records", str(records), "--max-jobs", "1", "--idle-exit",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert list(records.iterdir()) == []
+    assert not (tmp_path.parent / "x.json").exists()
+    queue = json.loads(invoke("queue", "--status", "all", "--json", "--db", str(db)).output)
+    assert [j["status"] for j in queue] == ["done"]
