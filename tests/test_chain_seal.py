@@ -468,7 +468,11 @@ def test_a_journal_from_before_the_seal_verifies_and_says_its_record_is_not_seal
     conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm006_chain_mode_and_record_seal'")
     conn.commit()
     conn.close()
-    result = invoke("verify", "--all", "--db", db)  # migrates it, then verifies as before
+    refused = invoke("verify", "--all", "--db", db)  # a read command never migrates
+    assert refused.exit_code == 70
+    assert "fsm-agent migrate" in refused.output
+    assert invoke("migrate", "--db", db).exit_code == 0
+    result = invoke("verify", "--all", "--db", db)  # then it verifies as before
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0].endswith("  unkeyed")
     assert "note: halt record not sealed: the run was journaled before" in result.output
