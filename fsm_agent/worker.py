@@ -39,7 +39,7 @@ from fsm_agent.machine import compile_machine
 from fsm_agent.models import ModelAdapter
 from fsm_agent.operator import OperatorControls, RoutingFrozen
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord
-from fsm_agent.resume import Resumption, load_resumable, restore_context
+from fsm_agent.resume import Resumption, claim_run, load_resumable, restore_context
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, load_machine
 from fsm_agent.tools import ToolRegistry
@@ -169,7 +169,9 @@ def resume_run(
     plane are the run's own, from the journal; `model` and `tools` are given again (they are
     code, not journaled). The wall clock goes on from the last journaled reading: time
     while nothing ran the run is not counted. Raises `InvalidInputError` for a run that has
-    halted, may still be running, or whose journal does not verify. `lease_held`: the
+    halted, may still be running, or whose journal does not verify, and for one another
+    process took first (two resumes at once: one wins, the other is refused naming the
+    run's holder, pid@host, and has done nothing). `lease_held`: the
     caller holds the run's queue lease, so its previous owner's lease expired (a queue
     worker taking a run over); whether that process is alive is not asked.
     """
@@ -196,6 +198,9 @@ def resume_run(
             None if trace_copy is None else Path(trace_copy),
         )
         worker.take_over(row, events, head)
+        if not lease_held:  # one driver per run: the queue's lease, or else this claim
+            claim_run(opened, row, head)
+            worker.claimed = True
         return worker.execute()
     finally:
         if owned:
