@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
 
+from fsm_agent.interrupts import raised_by_user_code
+
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
@@ -181,7 +183,9 @@ def _inline(
 ) -> CallResult:
     try:
         value = _invoke(fn, args, kwargs)
-    except Exception as exc:
+    except BaseException as exc:  # sys.exit in a call fails that call, as in a thread
+        if not raised_by_user_code(exc):
+            raise
         return CallResult(status="error", error=exc, elapsed_ms=_ms_since(start))
     if time.monotonic() - start > timeout_s:
         return CallResult(status="timeout", elapsed_ms=_ms_since(start), fate="late (inline)")

@@ -9,6 +9,7 @@ halt record is written atomically on every way out, signals included.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 import uuid
@@ -21,6 +22,7 @@ import attrs
 from fsm_agent.actions import ask_judge, perform, success_possible
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.context import Clock, RunContext
+from fsm_agent.deadline import error_text
 from fsm_agent.encoding import refuse_unencodable
 from fsm_agent.errors import (
     HaltPathRefused,
@@ -31,7 +33,7 @@ from fsm_agent.errors import (
     RunPaused,
 )
 from fsm_agent.halt import HaltReason
-from fsm_agent.interrupts import InterruptGate
+from fsm_agent.interrupts import InterruptGate, raised_by_user_code
 from fsm_agent.journal import Control, Event, RunRow, Store
 from fsm_agent.journaling import now_iso
 from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
@@ -269,6 +271,14 @@ class _Worker(Resumption, OperatorControls):
                 self._force(HaltReason.ROUTING_FROZEN, "routing_frozen", str(exc))
             except Exception as exc:
                 self._force(HaltReason.INTERNAL_ERROR, "error", f"{type(exc).__name__}: {exc}")
+            except BaseException as exc:  # sys.exit, KeyboardInterrupt … from user code
+                if not raised_by_user_code(exc):  # a real Ctrl-C, for a caller that handles it
+                    why = "interrupted by signal 2 (KeyboardInterrupt, left to the caller)"
+                    self._force(HaltReason.INTERRUPTED, "signal", why, signum=int(signal.SIGINT))
+                    raise
+                self._force(
+                    HaltReason.INTERNAL_ERROR, "error", f"{error_text(exc)} (raised by user code)"
+                )
         assert self.record is not None  # noqa: S101 - every path above sets it
         return self.record
 
