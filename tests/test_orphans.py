@@ -29,8 +29,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[bytes]) -> None:
+    """Until `path` holds something (it is written, not renamed, into place)."""
     deadline = time.monotonic() + WAIT_S
-    while not path.exists():
+    while not (path.exists() and path.read_bytes().strip()):
         assert proc.poll() is None, f"exited {proc.returncode} before {path.name} appeared"
         assert time.monotonic() < deadline, f"{path} did not appear within {WAIT_S} s"
         time.sleep(0.005)  # polling a handshake file, not a timing assumption
