@@ -27,6 +27,7 @@ from fsm_agent.cli_options import (
     shown,
 )
 from fsm_agent.errors import InvalidInputError
+from fsm_agent.journal import Event
 from fsm_agent.models import ModelAdapter
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, read_record
 from fsm_agent.run_ids import names_a_file
@@ -218,10 +219,13 @@ def resume(
     refuse_overlaps(db, {"--record": record_path, "--trace-copy": trace_copy})
     tools = load_tools(tools_module) if tools_module else ToolRegistry()
     with journal_store(db, must_exist=True) as store:
-        row = store.get_run(run_id)
-        if not as_json:
-            click.echo(f"run {run_id} resumed from {row.state} (journal {shown(db)})")
-        on_transition = progress_line(quiet)
+        live = progress_line(quiet)
+
+        def on_transition(event: Event) -> None:
+            # Said once the run is this process's (a refused resume says only `Error: …`).
+            if event.kind == "resumed" and not as_json:
+                click.echo(f"run {run_id} resumed from {event.dest} (journal {shown(db)})")
+            live(event)
 
         record = paused_or(
             lambda: resume_run(

@@ -4,19 +4,34 @@ Python threads cannot be killed, and `concurrent.futures` workers are joined at 
 tool there blocks the process from ever exiting). So each call runs in a *daemon* thread that
 is abandoned at the deadline — its outcome is then unknown — or, when the tool opts in, in a
 child process that is killed at the deadline, which stops the side effect.
+
+Such a child cannot outlive the run's process either, whatever kills that process (SIGKILL
+included): on Linux the kernel kills it when its parent dies (`prctl(PR_SET_PDEATHSIG)`, set
+before any of the user's code runs in it, then a check that the parent is still the one that
+started it, for a parent that died in between); where prctl does not exist, a thread in the
+child sees it re-parented within `PARENT_POLL_S` and ends it (that needs no descriptor
+handed across the spawn, unlike a pipe the child would watch; either way a thread of the
+child must get to run, where the kernel's signal needs nothing from the child). The death
+signal follows the parent *thread* that started the child, which waits for the call; a
+tool's own subprocesses are not covered.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
+import pickle
 import queue
+import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import attrs
+
+from fsm_agent.interrupts import raised_by_user_code
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -168,20 +183,76 @@ def _inline(
 ) -> CallResult:
     try:
         value = _invoke(fn, args, kwargs)
-    except Exception as exc:
+    except BaseException as exc:  # sys.exit in a call fails that call, as in a thread
+        if not raised_by_user_code(exc):
+            raise
         return CallResult(status="error", error=exc, elapsed_ms=_ms_since(start))
     if time.monotonic() - start > timeout_s:
         return CallResult(status="timeout", elapsed_ms=_ms_since(start), fate="late (inline)")
     return CallResult(status="ok", value=value, elapsed_ms=_ms_since(start))
 
 
-def _child_main(
-    conn: Connection, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> None:
+#: prctl(2) option: the signal the kernel sends this process when its parent thread dies.
+_PR_SET_PDEATHSIG = 1
+#: How often a child without prctl looks whether its parent is still there.
+PARENT_POLL_S = 0.05
+#: The exit code of a child that stopped because its parent had died (nobody reads it).
+_ORPHANED = 70
+
+
+def _arm_parent_death_signal() -> bool:
+    """Linux: have the kernel SIGKILL this process the moment its parent dies (at once, and
+    whatever kills the parent, SIGKILL included). False where prctl does not exist."""
+    if not sys.platform.startswith("linux"):
+        return False
     try:
-        conn.send(("ok", _invoke(fn, args, kwargs)))
-    except BaseException as exc:
-        conn.send(("error", (type(exc).__name__, str(exc), getattr(exc, "retryable", False))))
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def watch_parent(parent_pid: int, poll_s: float = PARENT_POLL_S) -> None:
+    """End this process as soon as its parent is gone (it was re-parented): the fallback
+    where prctl does not exist (macOS, the BSDs), checked every `poll_s`."""
+    while os.getppid() == parent_pid:
+        time.sleep(poll_s)
+    os._exit(_ORPHANED)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """The child cannot outlive the run's process: on Linux the kernel kills it when the
+    parent dies; elsewhere a daemon thread watches the parent. The parent may have died
+    before either was in place: then the child is already re-parented, and stops now."""
+    if not _arm_parent_death_signal():
+        threading.Thread(
+            target=watch_parent, args=(parent_pid,), name="fsm-agent:parent", daemon=True
+        ).start()
+    if os.getppid() != parent_pid:
+        os._exit(_ORPHANED)
+
+
+def _child_main(conn: Connection, parent_pid: int, payload: bytes) -> None:
+    """Run one call in the child. Before anything of the user's runs (even the import of its
+    module, which unpickling the call does), the child is bound to its parent. SIGINT is the
+    parent's to handle (Ctrl-C reaches the whole process group): the parent kills the child
+    when it stops the call. A parent that is gone gets no answer and no traceback."""
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        try:
+            fn, args, kwargs = pickle.loads(payload)  # noqa: S301 - our own parent's bytes
+            message: tuple[str, Any] = ("ok", _invoke(fn, args, kwargs))
+        except BaseException as exc:
+            message = ("error", (type(exc).__name__, str(exc), getattr(exc, "retryable", False)))
+        try:
+            conn.send(message)
+        except BaseException as exc:  # a value that does not pickle: say so instead
+            conn.send(("error", (type(exc).__name__, str(exc), False)))
+    except OSError:  # the parent closed its end (it stopped the call, or it is gone)
+        os._exit(_ORPHANED)
     finally:
         conn.close()
 
@@ -195,11 +266,17 @@ def _in_child(
 ) -> CallResult:
     start = time.monotonic()
     import multiprocessing  # only tools that opt into isolation="process" pay for it
+    from multiprocessing.reduction import ForkingPickler
 
     ctx = multiprocessing.get_context("spawn")
+    # Pickled here, unpickled by the child once it is bound to this process (_child_main).
+    payload = bytes(ForkingPickler.dumps((fn, args, kwargs)))
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(
-        target=_child_main, args=(child, fn, args, kwargs), name=f"fsm-agent:{name}", daemon=True
+        target=_child_main,
+        args=(child, os.getpid(), payload),
+        name=f"fsm-agent:{name}",
+        daemon=True,
     )
     proc.start()
     child.close()

@@ -115,4 +115,6 @@ def exit_code(reason: HaltReason, signum: int | None = None) -> int:
     """Exit code for a run that halted with `reason` (128+signal when a signal ended it)."""
     if reason is HaltReason.INTERRUPTED and signum:
         return 128 + signum
+    if reason is HaltReason.INTERNAL_ERROR:  # a fault (user code raised), not a handoff
+        return EXIT_INTERNAL_ERROR
     return EXIT_CODE[terminal_state(reason)]

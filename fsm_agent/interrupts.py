@@ -24,6 +24,20 @@ from fsm_agent.errors import Interrupted
 HANDLED = (signal.SIGTERM, signal.SIGINT)
 
 
+def raised_by_user_code(exc: BaseException) -> bool:
+    """Whether a BaseException caught around user code (a guard, an action, a tool, an
+    adapter, an import) came from that code, not from a real signal. A SIGTERM or SIGINT
+    that fsm-agent handles (a run's handlers, the `fsm-agent` command's) arrives as
+    `Interrupted`; a `KeyboardInterrupt` may be a real Ctrl-C only in the main thread while
+    Python's own SIGINT handler is in place (nobody else took the signal), and is then
+    treated as one."""
+    if isinstance(exc, Interrupted):
+        return False
+    if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+        return signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    return True
+
+
 class InterruptGate:
     """Owns the signal handlers for one run."""
 

@@ -192,6 +192,21 @@ class Store(Protocol):
         """Set a live run's status and owner (a pause, a resume); never a halted run's."""
         ...
 
+    def claim_run(
+        self,
+        run_id: str,
+        *,
+        was: tuple[RunStatus, int | None, str | None],
+        head: str,
+        pid: int,
+        host: str,
+    ) -> bool:
+        """Make (`pid`, `host`) the owner of a `running` run, only if its row still shows
+        `was` (status, pid, host) and its head hash is still `head`: one atomic
+        compare-and-set, so of the processes that read the same row and head, one wins.
+        False (nothing written) when the row or its head changed meanwhile."""
+        ...
+
     def get_run(self, run_id: str) -> RunRow: ...
 
     def list_runs(self, limit: int = 20) -> list[RunRow]: ...

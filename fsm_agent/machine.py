@@ -18,6 +18,7 @@ from fsm_agent.effects import RECEIPTS_GUARD
 from fsm_agent.errors import FsmAgentError, MachineSpecError
 from fsm_agent.guards import GUARD_SINCE, Guard, budget_tripped, resolve_guard
 from fsm_agent.halt import HaltReason
+from fsm_agent.interrupts import raised_by_user_code
 from fsm_agent.journal import GuardResult
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import BUDGET_TRIGGER, MachineSpec, TransitionSpec
@@ -62,7 +63,9 @@ class _GuardCall:
             return True
         try:
             result = self.fn(cursor.snapshot)
-        except Exception as exc:
+        except BaseException as exc:  # sys.exit or KeyboardInterrupt in a guard too
+            if not raised_by_user_code(exc):
+                raise
             raise GuardFailed(
                 f"raised {type(exc).__name__}: {exc}", guard=self.ref, transition=self.index
             ) from exc

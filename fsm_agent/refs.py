@@ -7,6 +7,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from fsm_agent.interrupts import raised_by_user_code
+
 
 class BadReference(LookupError):
     """A reference that does not resolve; the caller turns it into an error naming where."""
@@ -20,7 +22,9 @@ def import_module(name: str) -> ModuleType:
         return importlib.import_module(name)
     except ImportError as exc:
         raise BadReference(f"cannot import module {name!r}: {exc}") from exc
-    except Exception as exc:  # the module itself raised while importing
+    except BaseException as exc:  # the module itself raised (even sys.exit) while importing
+        if not raised_by_user_code(exc):  # a real signal: it stops the process, as it should
+            raise
         raise BadReference(f"importing module {name!r} raised {type(exc).__name__}: {exc}") from exc
 
 

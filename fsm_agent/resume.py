@@ -87,14 +87,37 @@ def check_resumable(run: RunRow, *, lease_held: bool = False) -> None:
     where = liveness(run)
     if where == "live":
         raise InvalidInputError(
-            f"run {run.run_id} is still running (pid {run.pid} on this host); pause it first"
-            f" with `fsm-agent pause {run.run_id}`, or wait for it"
+            f"run {run.run_id} is still running, held by {holder(run)} (this host); pause it"
+            f" first with `fsm-agent pause {run.run_id}`, or wait for it"
         )
     if where == "elsewhere":
         raise InvalidInputError(
             f"run {run.run_id} is owned by a process on host {run.host!r}; this host cannot tell"
             " whether it is still running: resume it there"
         )
+
+
+def holder(run: RunRow) -> str:
+    """Who owns a live run, as `pid N@host` (`no process` for a paused one)."""
+    return "no process" if run.pid is None else f"pid {run.pid}@{run.host or '?'}"
+
+
+def claim_run(store: Store, run: RunRow, head: str) -> None:
+    """Take the run for this process, exclusively: its row becomes `running` under this
+    pid and host only if nobody changed it since `run` and `head` were read and checked (one
+    compare-and-set in the journal). Of two resumes of one run, the second is refused, naming
+    the run's holder; it has written nothing."""
+    was = (run.status, run.pid, run.host)
+    if store.claim_run(run.run_id, was=was, head=head, pid=os.getpid(), host=socket.gethostname()):
+        return
+    now = store.get_run(run.run_id)
+    if now.status == "halted":
+        check_resumable(now)  # says how it halted
+    hint = f": wait for it, or pause it with `fsm-agent pause {run.run_id}`"
+    raise InvalidInputError(
+        f"run {run.run_id} was taken first by another process, held by {holder(now)} (now"
+        f" {now.status}); this one has done nothing" + (hint if now.status == "running" else "")
+    )
 
 
 def _check_not_queued(store: Store, run_id: str) -> None:
@@ -254,6 +277,9 @@ class Resumption(Halting):
     control_seen: int
     resuming: bool
     last_halt: HaltReason | None
+    #: True when this process took the run with `claim_run` (a resume by hand); a queue
+    #: worker holds the run's lease instead
+    claimed: bool = False
 
     if TYPE_CHECKING:  # the worker's own (a stub here would shadow OperatorControls')
 
@@ -272,9 +298,11 @@ class Resumption(Halting):
             self.last_halt = last.halt
 
     def _resume(self) -> None:
-        """Take the run over: own it, journal the take-over, re-check the lanes, and end it
-        in handoff if it stopped in the middle of a side effect that cannot be re-done."""
-        self.store.mark_run(self.run_id, "running", os.getpid(), socket.gethostname())
+        """Take the run over: own it (unless `claim_run` already made it this process's),
+        journal the take-over, re-check the lanes, and end it in handoff if it stopped in
+        the middle of a side effect that cannot be re-done."""
+        if not self.claimed:
+            self.store.mark_run(self.run_id, "running", os.getpid(), socket.gethostname())
         if self.last_halt is not None:
             self._finish(self.last_halt, None, None)
             return

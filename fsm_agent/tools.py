@@ -15,6 +15,7 @@ import attrs
 
 from fsm_agent.deadline import Isolation
 from fsm_agent.errors import AdapterError
+from fsm_agent.interrupts import raised_by_user_code
 from fsm_agent.lanes import LOCAL, Lane
 from fsm_agent.receipts import Receipt, finite_cost
 from fsm_agent.refs import BadReference, import_module
@@ -175,7 +176,14 @@ def load_tools(module_name: str) -> ToolRegistry:
     except BadReference as exc:
         raise AdapterError(f"tools module: {exc}", spec=module_name) from exc
     factory = getattr(module, "new_tools", None)
-    registry = factory() if callable(factory) else getattr(module, "TOOLS", None)
+    try:
+        registry = factory() if callable(factory) else getattr(module, "TOOLS", None)
+    except BaseException as exc:  # even sys.exit: a tools module cannot end the command
+        if not raised_by_user_code(exc):
+            raise
+        raise AdapterError(
+            f"new_tools() raised {type(exc).__name__}: {exc}", spec=module_name
+        ) from exc
     if not isinstance(registry, ToolRegistry):
         raise AdapterError(
             "module has no TOOLS = ToolRegistry(...) (or new_tools() returning one)",

@@ -9,6 +9,7 @@ halt record is written atomically on every way out, signals included.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 import uuid
@@ -21,6 +22,7 @@ import attrs
 from fsm_agent.actions import ask_judge, perform, success_possible
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.context import Clock, RunContext
+from fsm_agent.deadline import error_text
 from fsm_agent.encoding import refuse_unencodable
 from fsm_agent.errors import (
     HaltPathRefused,
@@ -31,7 +33,7 @@ from fsm_agent.errors import (
     RunPaused,
 )
 from fsm_agent.halt import HaltReason
-from fsm_agent.interrupts import InterruptGate
+from fsm_agent.interrupts import InterruptGate, raised_by_user_code
 from fsm_agent.journal import Control, Event, RunRow, Store
 from fsm_agent.journaling import now_iso
 from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
@@ -41,7 +43,7 @@ from fsm_agent.operator import OperatorControls, RoutingFrozen
 from fsm_agent.outputs import check_run_outputs
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord
 from fsm_agent.redaction import run_secrets
-from fsm_agent.resume import Resumption, load_resumable, restore_context
+from fsm_agent.resume import Resumption, claim_run, load_resumable, restore_context
 from fsm_agent.run_ids import check_run_id
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec, load_machine
@@ -181,7 +183,9 @@ def resume_run(
     plane are the run's own, from the journal; `model` and `tools` are given again (they are
     code, not journaled). The wall clock goes on from the last journaled reading: time
     while nothing ran the run is not counted. Raises `InvalidInputError` for a run that has
-    halted, may still be running, or whose journal does not verify. `lease_held`: the
+    halted, may still be running, or whose journal does not verify, and for one another
+    process took first (two resumes at once: one wins, the other is refused naming the
+    run's holder, pid@host, and has done nothing). `lease_held`: the
     caller holds the run's queue lease, so its previous owner's lease expired (a queue
     worker taking a run over); whether that process is alive is not asked. `secret_env`
     as for `run` (give it again: what is secret is not journaled).
@@ -212,6 +216,9 @@ def resume_run(
             None if trace_copy is None else Path(trace_copy),
         )
         worker.take_over(row, events, head)
+        if not lease_held:  # one driver per run: the queue's lease, or else this claim
+            claim_run(opened, row, head)
+            worker.claimed = True
         return worker.execute()
     finally:
         if owned:
@@ -280,6 +287,14 @@ class _Worker(Resumption, OperatorControls):
                 self._force(HaltReason.ROUTING_FROZEN, "routing_frozen", str(exc))
             except Exception as exc:
                 self._force(HaltReason.INTERNAL_ERROR, "error", f"{type(exc).__name__}: {exc}")
+            except BaseException as exc:  # sys.exit, KeyboardInterrupt … from user code
+                if not raised_by_user_code(exc):  # a real Ctrl-C, for a caller that handles it
+                    why = "interrupted by signal 2 (KeyboardInterrupt, left to the caller)"
+                    self._force(HaltReason.INTERRUPTED, "signal", why, signum=int(signal.SIGINT))
+                    raise
+                self._force(
+                    HaltReason.INTERNAL_ERROR, "error", f"{error_text(exc)} (raised by user code)"
+                )
         assert self.record is not None  # noqa: S101 - every path above sets it
         return self.record
 

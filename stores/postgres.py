@@ -200,6 +200,27 @@ class PostgresStore:
                     "write failed: no such run in this journal, or it has halted", run_id
                 )
 
+    def claim_run(
+        self,
+        run_id: str,
+        *,
+        was: tuple[RunStatus, int | None, str | None],
+        head: str,
+        pid: int,
+        host: str,
+    ) -> bool:
+        """One UPDATE: of two concurrent claims the second waits for the first's row lock,
+        then finds the row changed (READ COMMITTED re-checks the WHERE on the new row)."""
+        status, old_pid, old_host = was
+        with self._tx(run_id) as conn:
+            cursor = conn.execute(
+                "UPDATE runs SET status = 'running', pid = %s, host = %s WHERE run_id = %s"
+                " AND status = %s AND status <> 'halted' AND pid IS NOT DISTINCT FROM %s"
+                " AND host IS NOT DISTINCT FROM %s AND head_hash = %s",
+                (pid, host, run_id, status, old_pid, old_host, head),
+            )
+            return cursor.rowcount == 1
+
     def import_run(self, run: RunRow, events: Sequence[Event], record: HaltRecord | None) -> None:
         """Write a run exported from another journal, its events and its record, in ONE
         transaction, with the same serialization as the live path. The journal is

@@ -210,6 +210,26 @@ class SqliteStore:
             )
             _one_row(cursor)
 
+    def claim_run(
+        self,
+        run_id: str,
+        *,
+        was: tuple[RunStatus, int | None, str | None],
+        head: str,
+        pid: int,
+        host: str,
+    ) -> bool:
+        """One UPDATE under BEGIN IMMEDIATE: the owner changes only if nobody changed it."""
+        status, old_pid, old_host = was
+        with self._tx(run_id) as conn:
+            cursor = conn.execute(
+                "UPDATE runs SET status = 'running', pid = ?, host = ? WHERE run_id = ?"
+                " AND status = ? AND status != 'halted' AND pid IS ? AND host IS ?"
+                " AND head_hash = ?",
+                (pid, host, run_id, status, old_pid, old_host, head),
+            )
+        return cursor.rowcount == 1
+
     def import_run(self, run: RunRow, events: Sequence[Event], record: HaltRecord | None) -> None:
         """Write a run exported from another journal, its events and its record, in ONE
         transaction, with the same serialization as the live path. The journal is

@@ -45,7 +45,7 @@ from fsm_agent import (
 )
 from fsm_agent.chain import verify_run
 from fsm_agent.cli import cli
-from fsm_agent.errors import InvalidInputError, RunNotFound, RunPaused
+from fsm_agent.errors import InvalidInputError, RunAbandoned, RunNotFound, RunPaused
 from fsm_agent.journal import Control, Event, Job, Store
 from fsm_agent.models import load_model
 from fsm_agent.proposals import ToolCall
@@ -549,14 +549,16 @@ def test_a_run_the_queue_holds_is_not_resumed_by_hand(
     assert resume_run(job.run_id, **common).halt_reason.value == "completed"
 
 
-class _Crash(BaseException):
-    """Stops a run between two commits, as a killed process would."""
+class _Crash(RunAbandoned):
+    """Stops a run between two commits, as a killed process would: the worker writes
+    nothing more (any other exception from user code, BaseException too, ends the run
+    `internal_error`)."""
 
 
 def _crash_after(count: int) -> Callable[[Event], None]:
     def on_transition(event: Event) -> None:
         if event.seq + 1 >= count:
-            raise _Crash
+            raise _Crash(event.run_id, "crashed (simulated)")
 
     return on_transition
 

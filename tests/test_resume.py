@@ -176,7 +176,7 @@ def test_resume_refuses_a_halted_a_live_and_a_tampered_run(tmp_path: Path) -> No
     conn.commit()
     live = CliRunner().invoke(cli, resume_args(tmp_path, done))
     assert live.exit_code == 2
-    assert f"is still running (pid {os.getpid()} on this host)" in live.output
+    assert f"is still running, held by pid {os.getpid()}@" in live.output
 
     conn.execute("UPDATE runs SET pid = 2147483647")  # no such process
     conn.execute("DROP TRIGGER events_no_update")

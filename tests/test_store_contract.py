@@ -516,6 +516,53 @@ def test_mark_run_sets_a_live_runs_owner_never_a_halted_ones(store: Store) -> No
     assert store.get_run("run-1").status == "halted"
 
 
+def test_claim_run_is_a_compare_and_set_on_the_owner_and_the_head(store: Store) -> None:
+    head = store.start_run(run_row(), started())
+    store.mark_run("run-1", "running", 7, "host-a")  # its process died: someone resumes it
+    was = ("running", 7, "host-a")
+    assert store.claim_run("run-1", was=was, head=head, pid=8, host="host-b")
+    row = store.get_run("run-1")
+    assert (row.status, row.pid, row.host) == ("running", 8, "host-b")
+    # A second process that read the same row loses, and writes nothing.
+    assert not store.claim_run("run-1", was=was, head=head, pid=9, host="host-c")
+    assert (store.get_run("run-1").pid, store.get_run("run-1").host) == (8, "host-b")
+    # A paused run (no owner): the head must be the one its claimant verified.
+    store.mark_run("run-1", "paused", None, None)
+    paused = ("paused", None, None)
+    assert not store.claim_run("run-1", was=paused, head="0" * 64, pid=9, host="host-c")
+    assert store.claim_run("run-1", was=paused, head=head, pid=9, host="host-c")
+    assert store.get_run("run-1").status == "running"
+    store.finish_run(halt_record())
+    halted = ("halted", 9, "host-c")
+    assert not store.claim_run("run-1", was=halted, head=head, pid=10, host="host-d")
+    assert store.get_run("run-1").status == "halted"
+    assert not store.claim_run("ghost", was=paused, head=head, pid=10, host="host-d")
+
+
+def test_of_concurrent_claims_of_one_run_exactly_one_wins(backend: Backend, store: Store) -> None:
+    head = store.start_run(run_row(), started())
+    store.mark_run("run-1", "paused", None, None)
+    stores = [backend.open() for _ in range(4)]
+    barrier = threading.Barrier(len(stores))
+    won: list[int] = []
+
+    def claim(n: int) -> None:
+        barrier.wait()
+        if stores[n].claim_run("run-1", was=("paused", None, None), head=head, pid=100 + n,
+                               host="h"):  # fmt: skip
+            won.append(100 + n)
+
+    threads = [threading.Thread(target=claim, args=(n,)) for n in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in stores:
+        s.close()
+    assert len(won) == 1
+    assert store.get_run("run-1").pid == won[0]
+
+
 def test_run_summaries_filter_by_machine_and_start(store: Store) -> None:
     store.start_run(run_row("a", "2025-01-01"), started("a"))
     store.start_run(attrs.evolve(run_row("b", "2025-02-01"), machine="other"), started("b"))
