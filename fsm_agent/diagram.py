@@ -158,11 +158,11 @@ _MERMAID_KEYWORDS = frozenset(
     ]
 )
 _MERMAID_ID = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-_MERMAID_ESCAPED = frozenset('#;"%<>')
+_MERMAID_ESCAPED = frozenset('#;:"%<>')
 
 
 def _mermaid_text(text: str) -> str:
-    """Text inside a Mermaid label or quoted description: `#`, `;`, quotes, `%` and angle
+    """Text inside a Mermaid label or quoted description: `#`, `;`, `:`, quotes, `%` and angle
     brackets as Mermaid entity codes, so no name can end a statement, open a comment or
     carry markup."""
     return "".join(f"#{ord(c)};" if c in _MERMAID_ESCAPED else c for c in text)
