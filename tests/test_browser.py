@@ -213,7 +213,8 @@ def test_the_mermaid_check_fails_a_broken_diagram(mermaid_page: Page) -> None:
 
 _AWKWARD = [
     "needs-review", "note", "class", "default", "style", "state", "end", "direction", "Note",
-    ":", ": x", "[*]", "a --> b", "x: y", "%% not a comment", "#1", "a;b", '"quoted"', "<b>bold</b>",
+    ":", ": x", "[*]", "a --> b", "x: y", "%% not a comment", "#1", "a;b", '"quoted"',
+    "<b>bold</b>",
     "9lives", "3", "naïve café", "日本語の状態", "s1", "s0", "{curly}", "back\\slash", "a`b",
 ]  # fmt: skip
 _names = st.one_of(
