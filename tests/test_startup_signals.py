@@ -32,7 +32,10 @@ ROOT = Path(__file__).parent.parent
 WAIT_S = 60.0
 #: up to here from the start of the process: imports, the run's start, its first steps
 LATEST_S = 0.4
-OUR_FRAME = re.compile(r'File "[^"]*[/\\]fsm_agent[/\\]')
+#: A frame of fsm-agent's own code. The package's `__init__.py` is loaded (and, in a fresh
+#: checkout, compiled) by the import system before `fsm_agent.entry` can install its
+#: handlers: a signal landing there is still the interpreter's start, not fsm-agent's.
+OUR_FRAME = re.compile(r'File "[^"]*[/\\]fsm_agent[/\\](?!__init__\.py", line \d+, in <module>)')
 
 
 def command() -> list[str]:
