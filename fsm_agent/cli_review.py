@@ -29,7 +29,7 @@ from fsm_agent.diagram import FORMATS, DiagramFormat, GraphvizMissing, export_di
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import Control, ControlKind, Event, RunRow
 from fsm_agent.record import atomic_write_text
-from fsm_agent.replay import ReplayReport, load_run, replay_events, with_chain
+from fsm_agent.replay import ReplayReport, replay_events, with_chain
 from fsm_agent.replay_view import format_step
 from fsm_agent.run_ids import names_a_file
 from fsm_agent.spec import load_machine, parse_machine
@@ -49,9 +49,8 @@ def _load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainRepor
 
         run_file = read_run_file(source)
         return run_file.run, list(run_file.events), verify_run_file(run_file)
-    run, events = load_run(db, source)  # read only, as every command here but import
-    with read_journal(db) as store:
-        return run, events, verify_run(store, source)
+    with read_journal(db) as store:  # one read-only open for the run and its verdict
+        return store.get_run(source), store.events(source), verify_run(store, source)
 
 
 def _exit_code(report: ReplayReport) -> int:
