@@ -36,6 +36,7 @@ from fsm_agent.chain_hash import Mode as Mode
 from fsm_agent.chain_hash import event_columns as event_columns
 from fsm_agent.chain_hash import genesis as genesis
 from fsm_agent.chain_hash import link as link
+from fsm_agent.chain_hash import link_v3 as link_v3
 from fsm_agent.findings import MEANING as MEANING
 from fsm_agent.findings import Finding as Finding
 from fsm_agent.findings import Findings
@@ -124,7 +125,10 @@ def verify_chain(
         else:
             use = key
         can_hash = use is not None
-    _check_links(flag, run, links, use, can_hash)
+    if mode.version >= 3:
+        _check_links_v3(flag, run, links, use, can_hash)
+    else:
+        _check_links(flag, run, links, use, can_hash)
     _check_numbering(flag, links)
     _check_head(flag, links, head_hash)
     anchor = None if run.record is None else run.record.journal_head
@@ -178,6 +182,58 @@ def _check_links(
         before = start if i == 0 else links[i - 1].hash
         if x.prev_hash != before:
             _classify_break(flag, links, i, start, hashes)
+
+
+_FIRST_LINK = (
+    "the first event does not chain onto the run's genesis: the run row (run id, machine,"
+    " task, budgets, start time, chain mode) or the first event was edited"
+)
+#: How far from a broken link (in events) verify looks for the hash it was chained onto.
+_SEARCH = 256
+
+
+def _check_links_v3(
+    flag: Findings, run: RunRow, links: Sequence[ChainLink], key: bytes | None, can_hash: bool
+) -> None:
+    """Chain version 3: no event stores its predecessor's hash, so each link is recomputed
+    over the hash before it (the genesis for the first). Where it does not hold, the hash it
+    was chained onto is looked for nearby (and the genesis), to tell an inserted, deleted or
+    reordered event from an edited one (an event right after a missing sequence number
+    cannot be checked: the hash it was made over was deleted with its event). Without the
+    run's key nothing here can be checked."""
+    if not can_hash:
+        return
+    start = genesis(run, key)
+    hashes = [x.hash for x in links]
+    resolved = list(links)
+    for i, x in enumerate(links):
+        before = start if i == 0 else hashes[i - 1]
+        if x.hash is None:
+            flag("unchained", x.seq)
+        elif before is None or link_v3(before, x.columns, key) != x.hash:
+            onto = _chained_onto(x, i, start, hashes, key)
+            if onto is None and i == 0:
+                flag("run_edited", 0, _FIRST_LINK)
+            elif onto is None and links[i - 1].seq + 1 == x.seq:
+                flag("edited", x.seq)
+            resolved[i] = attrs.evolve(x, prev_hash=onto or before)
+            continue
+        resolved[i] = attrs.evolve(x, prev_hash=before)
+    for i, x in enumerate(resolved):
+        if x.hash is not None and x.prev_hash != (start if i == 0 else hashes[i - 1]):
+            _classify_break(flag, resolved, i, start, hashes)
+
+
+def _chained_onto(
+    x: ChainLink, i: int, start: str, hashes: list[str | None], key: bytes | None
+) -> str | None:
+    """The hash (the genesis, or another event's within `_SEARCH`) that event i's hash was
+    made over, or None: its own bytes were edited."""
+    window = hashes[max(0, i - _SEARCH) : i + _SEARCH]
+    for onto in (start, *window):
+        if onto is not None and onto != x.hash and link_v3(onto, x.columns, key) == x.hash:
+            return onto
+    return None
 
 
 def require_keyed(report: ChainReport) -> ChainReport:

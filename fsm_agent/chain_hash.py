@@ -15,9 +15,14 @@ A run's chain mode (`runs.chain`) says how its digests are made:
 - `"hmac-sha256:<key id>"`: version 2, keyed. Every digest is HMAC-SHA256 under a key the
   journal does not hold (`fsm_agent.chain_key`); the key id (a digest of the key, not the
   key) says which key, so a wrong one is named as such.
+- `"sha256/3"` and `"hmac-sha256/3:<key id>"`: version 3 (every new run), unkeyed and
+  keyed. An event's link is taken over the stored column texts themselves, each framed by
+  a type tag and its length (`link_v3`), not over a JSON array of them; a store keeps the
+  digest as 32 bytes and no copy of the previous one (it is the previous row's). The mode,
+  version included, is in the genesis, as in version 2.
 
-An event's link is computed the same way in every version: keyed or not, only the digest
-function changes, never the bytes it is taken over.
+Versions 1 and 2 compute an event's link the same way: keyed or not, only the digest
+function changes, never the bytes it is taken over. Every hash a reader is shown is hex.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -37,9 +42,15 @@ from fsm_agent.record import HaltRecord
 
 CHAIN_FORMAT: Final = "fsm-agent/chain/1"
 CHAIN_FORMAT_2: Final = "fsm-agent/chain/2"
+CHAIN_FORMAT_3: Final = "fsm-agent/chain/3"
 UNKEYED: Final = "sha256"
 KEYED_PREFIX: Final = "hmac-sha256:"
+UNKEYED_3: Final = "sha256/3"
+KEYED_PREFIX_3: Final = "hmac-sha256/3:"
+#: The chain version new runs are written with (tests set 2 to write runs as before).
+CURRENT_VERSION = 3
 _KEY_ID_CONTEXT: Final = b"fsm-agent/chain-key-id"
+_V3_CONTEXT: Final = b"fsm-agent/chain/3\n"
 
 Mode = Literal["unkeyed", "keyed"]
 
@@ -73,9 +84,21 @@ def parse_mode(chain: str | None) -> ChainMode:
         return ChainMode(1)
     if chain == UNKEYED:
         return ChainMode(2)
-    if chain.startswith(KEYED_PREFIX) and len(chain) == len(KEYED_PREFIX) + 16:
-        return ChainMode(2, chain[len(KEYED_PREFIX) :])
+    if chain == UNKEYED_3:
+        return ChainMode(3)
+    for version, prefix in ((2, KEYED_PREFIX), (3, KEYED_PREFIX_3)):
+        if chain.startswith(prefix) and len(chain) == len(prefix) + 16:
+            return ChainMode(version, chain[len(prefix) :])
     raise ChainModeError(f"chain mode {chain!r} is not one this fsm-agent knows")
+
+
+def chain_version(chain: str | None) -> int:
+    """The chain version of a run with chain mode `chain` (2 for one this fsm-agent does
+    not know: verify reports it, and nothing is written to it past its key check)."""
+    try:
+        return parse_mode(chain).version
+    except ChainModeError:
+        return 2
 
 
 def key_id(key: bytes) -> str:
@@ -83,9 +106,12 @@ def key_id(key: bytes) -> str:
     return hmac.new(key, _KEY_ID_CONTEXT, hashlib.sha256).hexdigest()[:16]
 
 
-def mode_for(key: bytes | None) -> str:
-    """The `runs.chain` value of a new run written with `key` (None: unkeyed)."""
-    return UNKEYED if key is None else f"{KEYED_PREFIX}{key_id(key)}"
+def mode_for(key: bytes | None, version: int | None = None) -> str:
+    """The `runs.chain` value of a run written with `key` (None: unkeyed) in chain
+    `version` (2 or 3; None: `CURRENT_VERSION`, what new runs are written with)."""
+    if (version or CURRENT_VERSION) == 2:
+        return UNKEYED if key is None else f"{KEYED_PREFIX}{key_id(key)}"
+    return UNKEYED_3 if key is None else f"{KEYED_PREFIX_3}{key_id(key)}"
 
 
 def run_key(chain: str | None, key: bytes | None) -> bytes | None:
@@ -151,7 +177,8 @@ def genesis(run: RunRow, key: bytes | None = None) -> str:
     if run.chain is None:  # version 1, exactly as it was
         header = [CHAIN_FORMAT, *frozen]
         return _digest(json.dumps(header, sort_keys=True, separators=(",", ":")), None)
-    header = [CHAIN_FORMAT_2, run.chain, *frozen]
+    v3 = run.chain == UNKEYED_3 or run.chain.startswith(KEYED_PREFIX_3)
+    header = [CHAIN_FORMAT_3 if v3 else CHAIN_FORMAT_2, run.chain, *frozen]
     return _digest(json.dumps(header, sort_keys=True, separators=(",", ":")), key)
 
 
@@ -160,6 +187,32 @@ def link(prev: str, columns: Sequence[Any], key: bytes | None = None) -> str:
     (run_id, seq) key. ASCII JSON, so any text (lone surrogates included) hashes."""
     body = json.dumps(list(columns[2:]), separators=(",", ":"), allow_nan=False)
     return _digest(f"{prev}\n{body}", key)
+
+
+def link_v3(prev: str, columns: Sequence[Any], key: bytes | None = None) -> str:
+    """The hash of one event in chain version 3: a digest of the predecessor's 32 bytes and
+    the event's stored columns after (run_id, seq), each framed so that no two column lists
+    share bytes: `n` for NULL, `i<decimal>;` for an integer, `s<byte length>:<UTF-8>` for
+    text (lone surrogates kept as they are: any text hashes)."""
+    parts = [_V3_CONTEXT, bytes.fromhex(prev)]
+    for value in columns[2:]:
+        if value is None:
+            parts.append(b"n")
+        elif type(value) is int:
+            parts.append(b"i%d;" % value)
+        else:
+            raw = value.encode("utf-8", "surrogatepass")
+            parts.append(b"s%d:" % len(raw))
+            parts.append(raw)
+    data = b"".join(parts)
+    if key is None:
+        return hashlib.sha256(data).hexdigest()
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def link_for(version: int) -> Callable[[str, Sequence[Any], bytes | None], str]:
+    """The event link function of chain `version`."""
+    return link_v3 if version >= 3 else link
 
 
 def record_link(head: str, record: HaltRecord, key: bytes | None = None) -> str:

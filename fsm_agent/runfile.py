@@ -25,7 +25,7 @@ import attrs
 
 from fsm_agent import serde
 from fsm_agent.chain import ChainReport, Finding, verify_chain
-from fsm_agent.chain_hash import ChainLink, event_columns
+from fsm_agent.chain_hash import ChainLink, chain_version, event_columns
 from fsm_agent.chain_key import key_from_env
 from fsm_agent.encoding import text_sha256, unencodable
 from fsm_agent.errors import InvalidInputError, JournalError, RunNotFound
@@ -34,9 +34,13 @@ from fsm_agent.record import HaltRecord, atomic_write_text
 from fsm_agent.run_ids import BadRunId, is_run_id
 
 RUN_FILE_FORMAT: Final = "fsm-agent/run/3"
+#: The format of a run chained in version 3 (`fsm_agent.chain_hash`): its events carry
+#: their hashes only (`prev_hash` is null: it is the event before's). An fsm-agent that
+#: does not know chain version 3 refuses the file by its format.
+RUN_FILE_FORMAT_4: Final = "fsm-agent/run/4"
 #: Every format this fsm-agent reads: run/2 files (written before the run row carried its
 #: chain mode and record seal) read as runs journaled before records were sealed.
-READABLE_FORMATS: Final = ("fsm-agent/run/2", RUN_FILE_FORMAT)
+READABLE_FORMATS: Final = ("fsm-agent/run/2", RUN_FILE_FORMAT, RUN_FILE_FORMAT_4)
 #: How many times `export_run` re-reads a run that halted while it was being read.
 _EXPORT_ATTEMPTS: Final = 3
 
@@ -208,7 +212,9 @@ def export_run(store: Store, run_id: str) -> RunFile:
     links = links[: len(events)]
     if run.status != "halted":  # a live run is exported as far as it had got
         head = links[-1].hash if links else None
+    v3 = chain_version(run.chain) >= 3
     run_file = RunFile(
+        format=RUN_FILE_FORMAT_4 if v3 else RUN_FILE_FORMAT,
         run=run,
         events=events,
         record=run.record,

@@ -10,11 +10,17 @@ from pathlib import Path
 
 import attrs
 
-from fsm_agent.chain_hash import event_columns, link, record_link, run_key
+from fsm_agent.chain_hash import chain_version, event_columns, link_for, record_link, run_key
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.journal import Event, Store
 from fsm_agent.record import HaltRecord
-from fsm_agent.runfile import EventHash, RunFile, write_run_file
+from fsm_agent.runfile import (
+    RUN_FILE_FORMAT,
+    RUN_FILE_FORMAT_4,
+    EventHash,
+    RunFile,
+    write_run_file,
+)
 
 
 def ship_trace(store: Store, final: Event, record: HaltRecord, path: Path) -> str | None:
@@ -34,11 +40,13 @@ def ship_trace(store: Store, final: Event, record: HaltRecord, path: Path) -> st
         _, links, head = store.chain(final.run_id)
         if head is None:
             return f"the trace copy to {path} failed (the journal has no head hash)"
-        key = run_key(run.chain, store.chain_key)
+        key, version = run_key(run.chain, store.chain_key), chain_version(run.chain)
         chain = [EventHash(x.prev_hash, x.hash) for x in links[: len(events) - 1]]
-        chain.append(EventHash(head, link(head, event_columns(final), key)))
+        final_hash = link_for(version)(head, event_columns(final), key)
+        chain.append(EventHash(None if version >= 3 else head, final_hash))
         run = attrs.evolve(run, record_hash=record_link(chain[-1].hash or "", record, key))
         run_file = RunFile(
+            format=RUN_FILE_FORMAT_4 if version >= 3 else RUN_FILE_FORMAT,
             run=run,
             events=events,
             record=record,
@@ -57,4 +65,5 @@ def next_hash(store: Store, prev: str, event: Event) -> str:
     """The hash `event` will have once chained onto `prev`, in its run's chain mode (what
     the record shipped before the halting event is committed names as the journal's head)."""
     run = store.get_run(event.run_id)
-    return link(prev, event_columns(event), run_key(run.chain, store.chain_key))
+    key = run_key(run.chain, store.chain_key)
+    return link_for(chain_version(run.chain))(prev, event_columns(event), key)

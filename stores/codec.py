@@ -15,7 +15,18 @@ from typing import Any
 
 from fsm_agent import serde
 from fsm_agent.budgets import Budgets
-from fsm_agent.chain_hash import ChainModeError, event_columns, genesis, link, record_link, run_key
+from fsm_agent.chain_hash import (
+    ChainLink,
+    ChainModeError,
+    chain_version,
+    event_columns,
+    genesis,
+    link,
+    link_v3,
+    record_link,
+    run_key,
+)
+from fsm_agent.encoding import text_sha256
 from fsm_agent.errors import JournalError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import Control, Event, Facts, GuardResult, Job, RunRow, RunSummary
@@ -54,11 +65,35 @@ def stale_head(seq: int) -> str:
 # --- write side -------------------------------------------------------------------------------
 
 
-def chained(event: Event, prev: str, key: bytes | None = None) -> tuple[Any, ...]:
+def chained(
+    event: Event, prev: str, key: bytes | None = None, version: int = 3
+) -> tuple[tuple[Any, ...], str]:
     """The INSERT parameters of an event chained onto `prev` (with the run's `key`, None
-    for an unkeyed run); the last one is its hash."""
+    for an unkeyed run) in chain `version`, and its hash (hex). The last three parameters
+    are `prev_hash`, `hash` (hex text, versions 1 and 2) and `digest` (32 bytes, version 3,
+    which stores no copy of the previous hash: it is the previous row's)."""
     columns = event_columns(event)
-    return (*columns, prev, link(prev, columns, key))
+    if version >= 3:
+        digest = link_v3(prev, columns, key)
+        return (*columns, None, None, bytes.fromhex(digest)), digest
+    digest = link(prev, columns, key)
+    return (*columns, prev, digest, None), digest
+
+
+def chain_link(row: Sequence[Any]) -> ChainLink:
+    """A `SELECT_CHAIN` row (the 16 columns, prev_hash, hash, digest) as a `ChainLink`,
+    its hashes hex."""
+    digest = row[18]
+    return ChainLink(row[1], tuple(row[:16]), row[16], digest.hex() if digest else row[17])
+
+
+def declared_row(run: RunRow) -> tuple[str, str, str] | None:
+    """The `declarations` row (sha256, name, text) a run row refers to instead of carrying
+    its declaration, or None when its text is not the one its sha256 names (kept in the
+    run row then, as before)."""
+    if run.machine_text and text_sha256(run.machine_text) == run.machine_sha256:
+        return run.machine_sha256, run.machine, run.machine_text
+    return None
 
 
 def chain_key(chain: str | None, key: bytes | None, fail: Fail, run_id: str) -> bytes | None:
@@ -76,13 +111,21 @@ def seal(record: HaltRecord, head: str | None, key: bytes | None) -> str | None:
     return None if head is None else record_link(head, record, key)
 
 
-def run_params(run: RunRow, record: HaltRecord | None) -> tuple[Any, ...]:
-    """A run row's INSERT parameters, in column order."""
+def run_params(
+    run: RunRow,
+    record: HaltRecord | None,
+    *,
+    declared: bool = False,
+    head: tuple[str | None, int | None] = (None, None),
+) -> tuple[Any, ...]:
+    """A run row's INSERT parameters, in column order; `declared`: its declaration is in
+    the `declarations` table, and the row's `machine_text` is empty; `head`: the head
+    (hash, seq) a halted run's record is sealed onto."""
     return (
         run.run_id,
         run.machine,
         run.machine_sha256,
-        run.machine_text,
+        "" if declared else run.machine_text,
         run.task,
         serde.dumps_compact(run.budgets),
         run.state,
@@ -96,6 +139,7 @@ def run_params(run: RunRow, record: HaltRecord | None) -> tuple[Any, ...]:
         run.host,
         run.chain,
         run.record_hash,
+        *head,
     )
 
 
@@ -105,28 +149,34 @@ def import_params(
     record: HaltRecord | None,
     fail: Fail,
     key: bytes | None = None,
-) -> list[tuple[Any, ...]]:
-    """The INSERT parameters of an imported run's events, chained from its genesis in the
-    run's own chain mode (a keyed run needs the store's `key` to be its key); refuses a run
-    whose row and record disagree."""
+) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+    """The INSERT parameters of an imported run's row and of its events, chained from its
+    genesis in the run's own chain mode (a keyed run needs the store's `key` to be its
+    key); a halted run's row keeps its head. Refuses a run whose row and record disagree."""
     if run.record != record:
         raise fail(
             "the run row's record and the record to import differ; nothing was written",
             run.run_id,
         )
     own = chain_key(run.chain, key, fail, run.run_id)
-    params, prev = [], genesis(run, own)
+    params, prev, version = [], genesis(run, own), chain_version(run.chain)
     for event in events:
-        params.append(chained(event, prev, own))
-        prev = params[-1][-1]
-    return params
+        row, prev = chained(event, prev, own, version)
+        params.append(row)
+    halted = record is not None and bool(events)
+    head = (prev, events[-1].seq) if halted else (None, None)
+    declared = bool(declared_row(run))
+    return run_params(run, record, declared=declared, head=head), params
 
 
-def finish_params(record: HaltRecord, record_hash: str | None) -> tuple[Any, ...]:
+def finish_params(
+    record: HaltRecord, record_hash: str | None, head: tuple[str | None, int | None]
+) -> tuple[Any, ...]:
     """A halted run's UPDATE parameters: state, halt_reason, steps_used, ended_at, record,
-    record_hash, run_id."""
+    record_hash, the head (hash, seq) the record is sealed onto, run_id."""
     return (record.terminal_state, record.halt_reason.value, record.steps_used,
-            record.ended_at, serde.dumps(record), record_hash, record.run_id)  # fmt: skip
+            record.ended_at, serde.dumps(record), record_hash, *head,
+            record.run_id)  # fmt: skip
 
 
 def job_params(job: Job) -> tuple[Any, ...]:
@@ -155,7 +205,7 @@ def run_row(row: Mapping[str, Any], fail: Fail) -> RunRow:
             run_id=row["run_id"],
             machine=row["machine"],
             machine_sha256=row["machine_sha256"],
-            machine_text=row["machine_text"],
+            machine_text=row["machine_text"] or row.get("declared_text") or "",
             task=row["task"],
             budgets=serde.structure(json.loads(row["budgets"]), Budgets),
             state=row["live_state"] if live else row["state"],

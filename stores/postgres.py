@@ -1,11 +1,11 @@
 """One journal for many workers on many hosts: PostgreSQL through psycopg 3.
 
 The same tables, meaning and hash chain as the SQLite store (`stores.sqlite`): every write
-is one committed transaction; an event is inserted only while its run's head is the hash it
-chains onto, and a trigger moves the head in the same statement. The schema, its migrations
-and the statements are in `stores.postgres_schema`; connecting and migrating in
-`stores.postgres_open`. Select it with `--db postgresql://…` (see `stores.open_store`);
-nothing else imports psycopg.
+is one committed transaction; an event is inserted only onto its run's head (the event
+before it holds the hash it chains onto; the primary key lets one event only follow it).
+The schema, its migrations and the statements are in `stores.postgres_schema`; connecting
+and migrating in `stores.postgres_open`. Select it with `--db postgresql://…` (see
+`stores.open_store`); nothing else imports psycopg.
 
 One connection per store object, autocommit off, each operation in its own explicit
 transaction (nothing is left idle in a transaction between calls). A store may be shared by
@@ -40,8 +40,10 @@ from stores import codec, redact_dsn
 from stores.postgres_open import connect, explain, passwords, scrub
 from stores.postgres_schema import (
     APPEND_EVENT,
+    CLAIM_RUN,
     DEQUEUE_JOB,
     FINISH_RUN,
+    INSERT_DECLARATION,
     INSERT_EVENT,
     INSERT_JOB,
     INSERT_RUN,
@@ -52,12 +54,17 @@ from stores.postgres_schema import (
     RENEW_LEASE,
     SELECT_CHAIN,
     SELECT_EVENTS,
+    SELECT_HEAD,
     SELECT_JOBS,
     SELECT_RUNS,
     SELECT_SUMMARIES,
 )
 
 Verb = Literal["read", "write"]
+
+
+class _StaleHead(Exception):
+    """The event before the first one appended is not the head it was chained onto."""
 
 
 class PostgresStore:
@@ -77,7 +84,8 @@ class PostgresStore:
         self.read_only = read_only
         self._lock = threading.RLock()
         self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
-        self._keys: dict[str, bytes | None] = {}  # run id -> the key its chain is made with
+        # run id -> the key its chain is made with (None: unkeyed) and its chain version
+        self._modes: dict[str, tuple[bytes | None, int]] = {}
         self._closed = False
         self.conn = self._connect()
 
@@ -130,45 +138,76 @@ class PostgresStore:
     # --- writes ---------------------------------------------------------------------------
 
     def start_run(self, run: RunRow, first: Event) -> str:
-        """Write the run's row and first event, chained with this store's key (unkeyed
-        without one); return the run's head hash."""
+        """Write the run's row (its declaration once per sha256) and first event, chained
+        with this store's key (unkeyed without one); return the run's head hash."""
         run = attrs.evolve(run, chain=mode_for(self.chain_key), record_hash=None)
-        params = codec.chained(first, genesis(run, self.chain_key), self.chain_key)
+        version = codec.chain_version(run.chain)
+        params, head = codec.chained(first, genesis(run, self.chain_key), self.chain_key, version)
+        declaration = codec.declared_row(run)
         with self._tx(run.run_id) as conn:
-            conn.execute(INSERT_RUN, codec.run_params(run, None))
+            if declaration is not None:
+                conn.execute(INSERT_DECLARATION, declaration)
+            conn.execute(INSERT_RUN, codec.run_params(run, None, declared=bool(declaration)))
             conn.execute(INSERT_EVENT, params)
-        self._heads[run.run_id] = params[-1]
-        self._keys[run.run_id] = self.chain_key
-        return str(params[-1])
+        self._heads[run.run_id] = head
+        self._modes[run.run_id] = (self.chain_key, version)
+        return head
 
     def append(self, event: Event) -> str:
         """One INSERT in one transaction; returns the run's new head hash. It inserts only
-        while the run's head is the hash this event is chained onto, so two writers can
-        never fork one run's chain."""
-        prev = self._heads.get(event.run_id) or self._head(event.run_id)
-        params = codec.chained(event, prev, self._key(event.run_id))
-        try:
-            with self._tx(event.run_id) as conn:
-                inserted = conn.execute(APPEND_EVENT, (event.run_id, prev, *params)).rowcount
-        except JournalError:
-            self._heads.pop(event.run_id, None)  # it may have committed: read the head again
-            raise
-        if inserted != 1:
-            self._heads.pop(event.run_id, None)
-            raise self._error(codec.stale_head(event.seq), event.run_id)
-        self._heads[event.run_id] = params[-1]
-        return str(params[-1])
+        onto the run's head (the event before it holds the hash it chains onto, and the
+        primary key lets one event only follow that one), so two writers can never fork one
+        run's chain."""
+        return self.append_many((event,))
 
-    def _key(self, run_id: str) -> bytes | None:
-        """The key the run's chain is made with (its mode is read once per run)."""
-        if run_id not in self._keys:
+    def append_many(self, events: Sequence[Event]) -> str:
+        """Chain several events of one run onto its head, each its own row with its own hash,
+        in ONE transaction, all or none; returns the new head hash."""
+        if not events:
+            raise self._error("append_many: no events to append")
+        run_id = events[0].run_id
+        prev = self._heads.get(run_id) or self._head(run_id)
+        key, version = self._mode(run_id)
+        rows, head = [], prev
+        for event in events:
+            if event.run_id != run_id:
+                raise self._error("append_many: the events are of more than one run", run_id)
+            row, head = codec.chained(event, head, key, version)
+            rows.append(row)
+        v3 = version >= 3
+        onto = (
+            run_id,
+            events[0].seq - 1,
+            None if v3 else prev,
+            bytes.fromhex(prev) if v3 else None,
+        )
+        try:
+            with self._tx(run_id) as conn:
+                if conn.execute(APPEND_EVENT, (*rows[0], *onto)).rowcount != 1:
+                    raise _StaleHead
+                if len(rows) > 1:
+                    with conn.cursor() as cursor:
+                        cursor.executemany(INSERT_EVENT, rows[1:])
+        except (JournalError, _StaleHead) as exc:
+            self._heads.pop(run_id, None)  # it may have committed: read the head again
+            cause = exc.__cause__
+            if isinstance(exc, _StaleHead) or isinstance(cause, psycopg.errors.UniqueViolation):
+                raise self._error(codec.stale_head(events[0].seq), run_id) from None
+            raise
+        self._heads[run_id] = head
+        return head
+
+    def _mode(self, run_id: str) -> tuple[bytes | None, int]:
+        """The key the run's chain is made with, and its version (read once per run)."""
+        if run_id not in self._modes:
             rows = self._tuples("SELECT chain FROM runs WHERE run_id = %s", (run_id,))
             chain = rows[0][0] if rows else None
-            self._keys[run_id] = codec.chain_key(chain, self.chain_key, self._error, run_id)
-        return self._keys[run_id]
+            key = codec.chain_key(chain, self.chain_key, self._error, run_id)
+            self._modes[run_id] = (key, codec.chain_version(chain))
+        return self._modes[run_id]
 
     def _head(self, run_id: str) -> str:
-        rows = self._tuples("SELECT head_hash FROM runs WHERE run_id = %s", (run_id,))
+        rows = self._tuples(SELECT_HEAD, {"run_id": run_id})
         if not rows:
             raise self._error("cannot append: no such run in this journal", run_id)
         if rows[0][0] is None:
@@ -177,14 +216,15 @@ class PostgresStore:
 
     def finish_run(self, record: HaltRecord) -> None:
         """Store the halt record and the row's summary, with the record sealed onto the
-        run's head, whose row is locked meanwhile."""
+        run's head (and that head kept with it), the run's row locked meanwhile."""
         with self._tx(record.run_id) as conn:
-            row = conn.execute(LOCK_HEAD, (record.run_id,)).fetchone()
+            row = conn.execute(LOCK_HEAD, {"run_id": record.run_id}).fetchone()
             if row is None:
                 raise self._error("write failed: no such run in this journal", record.run_id)
             key = codec.chain_key(row[1], self.chain_key, self._error, record.run_id)
             seal = codec.seal(record, row[0], key)
-            cursor = conn.execute(FINISH_RUN, codec.finish_params(record, seal))
+            head = (row[0], row[2]) if row[0] is not None else (None, None)
+            cursor = conn.execute(FINISH_RUN, codec.finish_params(record, seal, head))
             if cursor.rowcount != 1:
                 raise self._error("write failed: no such run in this journal", record.run_id)
 
@@ -213,24 +253,24 @@ class PostgresStore:
         then finds the row changed (READ COMMITTED re-checks the WHERE on the new row)."""
         status, old_pid, old_host = was
         with self._tx(run_id) as conn:
-            cursor = conn.execute(
-                "UPDATE runs SET status = 'running', pid = %s, host = %s WHERE run_id = %s"
-                " AND status = %s AND status <> 'halted' AND pid IS NOT DISTINCT FROM %s"
-                " AND host IS NOT DISTINCT FROM %s AND head_hash = %s",
-                (pid, host, run_id, status, old_pid, old_host, head),
-            )
+            params = {"pid": pid, "host": host, "run_id": run_id, "status": status,
+                      "old_pid": old_pid, "old_host": old_host, "head": head}  # fmt: skip
+            cursor = conn.execute(CLAIM_RUN, params)
             return cursor.rowcount == 1
 
     def import_run(self, run: RunRow, events: Sequence[Event], record: HaltRecord | None) -> None:
         """Write a run exported from another journal, its events and its record, in ONE
         transaction, with the same serialization as the live path. The journal is
         append-only: a run id already here is refused, never overwritten."""
-        params = codec.import_params(run, events, record, self._error, self.chain_key)
+        row, params = codec.import_params(run, events, record, self._error, self.chain_key)
+        declaration = codec.declared_row(run)
         with self._tx(run.run_id) as conn:
             found = conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (run.run_id,))
             if found.fetchone() is not None:
                 raise self._error(codec.ALREADY_HERE, run.run_id)
-            conn.execute(INSERT_RUN, codec.run_params(run, record))
+            if declaration is not None:
+                conn.execute(INSERT_DECLARATION, declaration)
+            conn.execute(INSERT_RUN, row)
             with conn.cursor() as cursor:
                 cursor.executemany(INSERT_EVENT, params)
 
@@ -279,11 +319,10 @@ class PostgresStore:
         and its head hash: what `fsm_agent.chain.verify_chain` checks."""
         run = self.get_run(run_id)
         with self._tx(run_id, "read") as conn:
-            head = conn.execute("SELECT head_hash FROM runs WHERE run_id = %s", (run_id,))
+            head = conn.execute(SELECT_HEAD, {"run_id": run_id})
             head_hash = (head.fetchone() or (None,))[0]
             rows = conn.execute(SELECT_CHAIN, (run_id,)).fetchall()
-        links = [ChainLink(r[1], tuple(r[:16]), r[16], r[17]) for r in rows]
-        return run, links, head_hash
+        return run, [codec.chain_link(r) for r in rows], head_hash
 
     def run_ids(self) -> list[str]:
         """Every run id in the journal, oldest first."""

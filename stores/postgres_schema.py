@@ -128,53 +128,92 @@ MIGRATIONS: Final = (
             "ALTER TABLE runs ADD COLUMN record_hash TEXT",
         ),
     ),
+    Migration(
+        "m005_chain_v3_and_declarations",
+        (
+            # Chain version 3 (see stores.sqlite_schema m007): an event's hash as 32 bytes,
+            # no copy of the previous one, no trigger moving the runs row on every INSERT,
+            # and each declaration stored once per sha256. Rows already here are kept.
+            "ALTER TABLE events ADD COLUMN digest BYTEA",
+            "DROP TRIGGER events_head ON events",
+            "DROP FUNCTION fsm_agent_events_head()",
+            """CREATE TABLE declarations (
+                sha256 TEXT COLLATE "C" PRIMARY KEY, name TEXT NOT NULL, text TEXT NOT NULL)""",
+            """CREATE TRIGGER declarations_no_update BEFORE UPDATE ON declarations
+               FOR EACH ROW EXECUTE FUNCTION fsm_agent_append_only()""",
+            """CREATE TRIGGER declarations_no_delete BEFORE DELETE ON declarations
+               FOR EACH ROW EXECUTE FUNCTION fsm_agent_append_only()""",
+        ),
+    ),
 )
 
-INSERT_EVENT = """
-    INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
-                        guards, checks, snapshot, facts, note, control, prev_hash, hash)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"""
-#: The live path's INSERT: only onto the run's current head (see `PostgresStore.append`).
-#: The run's row is locked first; a writer that committed meanwhile moved the head, and the
-#: locked row is checked again (READ COMMITTED), so two writers can never fork a chain.
-#: Parameters: run id, the head the event chains onto, then the event's 18 columns.
-APPEND_EVENT = """
-    WITH head AS (
-        SELECT run_id FROM runs WHERE run_id = %s AND head_hash = %s FOR UPDATE
-    )
-    INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
-                        guards, checks, snapshot, facts, note, control, prev_hash, hash)
+_EVENT_COLUMNS = """run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
+                        guards, checks, snapshot, facts, note, control, prev_hash, hash, digest"""
+INSERT_EVENT = f"""
+    INSERT INTO events ({_EVENT_COLUMNS})
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"""  # noqa: S608
+#: The live path's INSERT: only onto the run's current head (see `PostgresStore.append`):
+#: the event before it (seq - 1) must hold the hash it chains onto, and the primary key
+#: (run_id, seq) lets one event only follow it (a second writer waits for the first's
+#: commit, then fails on the key). Parameters: the event's 19 columns, then run id, seq - 1,
+#: and that hash as text (versions 1, 2) and as bytes (version 3), one of them None.
+APPEND_EVENT = f"""
+    INSERT INTO events ({_EVENT_COLUMNS})
     SELECT %s::text, %s::bigint, %s::text, %s::bigint, %s::text, %s::text, %s::text,
            %s::text, %s::text, %s::integer, %s::text, %s::text, %s::text, %s::text,
-           %s::text, %s::bigint, %s::text, %s::text
-    FROM head"""
-SELECT_CHAIN = """
-    SELECT run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry, guards,
-           checks, snapshot, facts, note, control, prev_hash, hash
-    FROM events WHERE run_id = %s ORDER BY seq"""
+           %s::text, %s::bigint, %s::text, %s::text, %s::bytea
+    WHERE EXISTS (SELECT 1 FROM events WHERE run_id = %s AND seq = %s
+                  AND (hash = %s::text OR digest = %s::bytea))"""  # noqa: S608
+SELECT_CHAIN = f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = %s ORDER BY seq"  # noqa: S608
+_HEX = "COALESCE(hash, encode(digest, 'hex'))"
+#: The newest event's hash (hex) and seq of the run whose id is bound as `%(run_id)s`.
+NEWEST = f"""(SELECT {_HEX} FROM events WHERE run_id = %(run_id)s
+              ORDER BY seq DESC LIMIT 1)"""  # noqa: S608
+#: A run's head hash: a halted run's is stored with its record's seal; a live run's is its
+#: newest event's.
+SELECT_HEAD = f"""
+    SELECT CASE WHEN status = 'halted' AND head_hash IS NOT NULL THEN head_hash
+                ELSE {NEWEST} END
+    FROM runs WHERE run_id = %(run_id)s"""  # noqa: S608
+INSERT_DECLARATION = """
+    INSERT INTO declarations (sha256, name, text) VALUES (%s, %s, %s)
+    ON CONFLICT (sha256) DO NOTHING"""
 SELECT_EVENTS = "SELECT * FROM events WHERE run_id = %s ORDER BY seq"
 INSERT_RUN = """
     INSERT INTO runs (run_id, machine, machine_sha256, machine_text, task, budgets, state, status,
                       halt_reason, steps_used, started_at, ended_at, record, pid, host, chain,
-                      record_hash)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"""
-#: A halted run's summary, record and the record's seal, in one statement.
+                      record_hash, head_hash, head_seq)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"""
+#: A halted run's summary, record, the record's seal and the head it seals, in one
+#: statement.
 FINISH_RUN = """
     UPDATE runs SET status = 'halted', state = %s, halt_reason = %s, steps_used = %s,
-                    ended_at = %s, record = %s, record_hash = %s
+                    ended_at = %s, record = %s, record_hash = %s, head_hash = %s, head_seq = %s
     WHERE run_id = %s"""
-#: The run's head and chain mode, its row locked until the transaction ends.
-LOCK_HEAD = "SELECT head_hash, chain FROM runs WHERE run_id = %s FOR UPDATE"
+#: The run's chain mode (its row locked until the transaction ends), and its newest
+#: event's hash and seq: what the record is sealed onto.
+LOCK_HEAD = f"""
+    SELECT {NEWEST}, chain,
+           (SELECT max(seq) FROM events WHERE run_id = %(run_id)s)
+    FROM runs WHERE run_id = %(run_id)s FOR UPDATE"""  # noqa: S608
+#: A run's new owner, only while its row and head are what the claimant read.
+CLAIM_RUN = f"""
+    UPDATE runs SET status = 'running', pid = %(pid)s, host = %(host)s
+    WHERE run_id = %(run_id)s AND status = %(status)s AND status <> 'halted'
+      AND pid IS NOT DISTINCT FROM %(old_pid)s::bigint
+      AND host IS NOT DISTINCT FROM %(old_host)s::text AND {NEWEST} = %(head)s::text"""  # noqa: S608
 # A live run's state and steps come from its newest event (one INSERT per transition, no
 # second write to `runs`); a halted run's come from its `runs` row.
 SELECT_RUNS = """
     SELECT r.*, e.dest AS live_state,
-           fsm_agent_jsonb(e.snapshot) #> '{meters,steps_used}' AS live_steps
+           fsm_agent_jsonb(e.snapshot) #> '{meters,steps_used}' AS live_steps,
+           d.text AS declared_text
     FROM runs AS r
     LEFT JOIN LATERAL (
         SELECT dest, snapshot FROM events
         WHERE run_id = r.run_id AND r.status <> 'halted' ORDER BY seq DESC LIMIT 1
-    ) AS e ON TRUE"""
+    ) AS e ON TRUE
+    LEFT JOIN declarations AS d ON r.machine_text = '' AND d.sha256 = r.machine_sha256"""
 # One narrow row per run for statistics, nothing decoded in Python but the two numbers; a
 # corrupt record reads as no cost rather than failing every statistic.
 SELECT_SUMMARIES = """

@@ -37,10 +37,14 @@ from stores import sqlite_schema as queue_sql
 from stores.sqlite_open import Synchronous, explain, open_journal
 from stores.sqlite_schema import (
     APPEND_EVENT,
+    CLAIM_RUN,
     FINISH_RUN,
+    INSERT_DECLARATION,
     INSERT_EVENT,
     INSERT_RUN,
     SELECT_CHAIN,
+    SELECT_HEAD,
+    SELECT_NEWEST,
     SELECT_RUNS,
     SELECT_SUMMARIES,
 )
@@ -48,6 +52,10 @@ from stores.sqlite_schema import (
 T = TypeVar("T")
 #: Waits of `busy_timeout_ms` for the write lock before a write gives up.
 _LOCK_ATTEMPTS = 3
+
+
+class _StaleHead(Exception):
+    """The event before the first one appended is not the head it was chained onto."""
 
 
 def _one_row(cursor: sqlite3.Cursor) -> None:
@@ -84,7 +92,8 @@ class SqliteStore:
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
         self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
-        self._keys: dict[str, bytes | None] = {}  # run id -> the key its chain is made with
+        # run id -> the key its chain is made with (None: unkeyed) and its chain version
+        self._modes: dict[str, tuple[bytes | None, int]] = {}
         self.busy_timeout_ms = int(busy_timeout_ms)
 
     def _locked(self, statement: Callable[[], T], run_id: str | None) -> T:
@@ -140,66 +149,91 @@ class SqliteStore:
             ) from exc
 
     def start_run(self, run: RunRow, first: Event) -> str:
-        """Write the run's row and first event, chained with this store's key (unkeyed
-        without one); return the run's head hash."""
+        """Write the run's row (its declaration once per sha256) and first event, chained
+        with this store's key (unkeyed without one); return the run's head hash."""
         run = attrs.evolve(run, chain=mode_for(self.chain_key), record_hash=None)
-        params = codec.chained(first, genesis(run, self.chain_key), self.chain_key)
+        version = codec.chain_version(run.chain)
+        params, head = codec.chained(first, genesis(run, self.chain_key), self.chain_key, version)
+        declaration = codec.declared_row(run)
         with self._tx(run.run_id) as conn:
-            conn.execute(INSERT_RUN, codec.run_params(run, None))
+            if declaration is not None:
+                conn.execute(INSERT_DECLARATION, declaration)
+            conn.execute(INSERT_RUN, codec.run_params(run, None, declared=bool(declaration)))
             conn.execute(INSERT_EVENT, params)
-        self._heads[run.run_id] = params[-1]
-        self._keys[run.run_id] = self.chain_key
-        return str(params[-1])
+        self._heads[run.run_id] = head
+        self._modes[run.run_id] = (self.chain_key, version)
+        return head
 
     def append(self, event: Event) -> str:
-        """One statement, autocommit; returns the run's new head hash. It inserts only while
-        the run's head is the hash this event is chained onto, so two writers can never fork
-        one run's chain."""
-        prev = self._heads.get(event.run_id) or self._head(event.run_id)
-        params = codec.chained(event, prev, self._key(event.run_id))
-        with self._tx(event.run_id, atomic=False) as conn:
-            cursor = self._locked(
-                lambda: conn.execute(APPEND_EVENT, (*params, event.run_id, prev)), event.run_id
-            )
-        if cursor.rowcount != 1:
-            self._heads.pop(event.run_id, None)
-            raise self._error(codec.stale_head(event.seq), event.run_id)
-        self._heads[event.run_id] = params[-1]
-        return str(params[-1])
+        """One statement, autocommit; returns the run's new head hash. It inserts only onto
+        the run's head (the event before it holds the hash it is chained onto, and no event
+        follows that one yet), so two writers can never fork one run's chain."""
+        return self.append_many((event,))
 
-    def _key(self, run_id: str) -> bytes | None:
-        """The key the run's chain is made with (its mode is read once per run)."""
-        if run_id not in self._keys:
-            sql = "SELECT chain FROM runs WHERE run_id = ?"
-            rows = self._tuples(sql, (run_id,))
+    def append_many(self, events: Sequence[Event]) -> str:
+        """Chain several events of one run onto its head, each its own row with its own hash,
+        in ONE transaction, all or none (the first is inserted only onto the head, as by
+        `append`); returns the new head hash."""
+        if not events:
+            raise self._error("append_many: no events to append")
+        run_id = events[0].run_id
+        prev = self._heads.get(run_id) or self._head(run_id)
+        key, version = self._mode(run_id)
+        rows, head = [], prev
+        for event in events:
+            if event.run_id != run_id:
+                raise self._error("append_many: the events are of more than one run", run_id)
+            row, head = codec.chained(event, head, key, version)
+            rows.append(row)
+        onto = (run_id, events[0].seq - 1, bytes.fromhex(prev) if version >= 3 else prev)
+        try:
+            with self._tx(run_id, atomic=len(rows) > 1) as conn:
+                cursor = self._locked(lambda: conn.execute(APPEND_EVENT, (*rows[0], *onto)), run_id)
+                if cursor.rowcount != 1:
+                    raise _StaleHead
+                conn.executemany(INSERT_EVENT, rows[1:])
+        except (JournalError, _StaleHead) as exc:
+            self._heads.pop(run_id, None)
+            cause = exc.__cause__
+            if isinstance(exc, _StaleHead) or (
+                isinstance(cause, sqlite3.IntegrityError) and "UNIQUE" in str(cause)
+            ):
+                raise self._error(codec.stale_head(events[0].seq), run_id) from None
+            raise
+        self._heads[run_id] = head
+        return head
+
+    def _mode(self, run_id: str) -> tuple[bytes | None, int]:
+        """The key the run's chain is made with, and its version (read once per run)."""
+        if run_id not in self._modes:
+            rows = self._tuples("SELECT chain FROM runs WHERE run_id = ?", (run_id,))
             chain = rows[0][0] if rows else None
-            self._keys[run_id] = codec.chain_key(chain, self.chain_key, self._error, run_id)
-        return self._keys[run_id]
+            key = codec.chain_key(chain, self.chain_key, self._error, run_id)
+            self._modes[run_id] = (key, codec.chain_version(chain))
+        return self._modes[run_id]
 
     def _head(self, run_id: str) -> str:
-        rows = self._read(
-            lambda: list(self.db.query("SELECT head_hash FROM runs WHERE run_id = ?", [run_id]))
-        )
+        rows = self._tuples(SELECT_HEAD, {"run_id": run_id})
         if not rows:
             raise self._error("cannot append: no such run in this journal", run_id)
-        if rows[0]["head_hash"] is None:
+        if rows[0][0] is None:
             raise self._error(
                 "cannot append: the run has no head hash (journaled before the hash chain)",
                 run_id,
             )
-        return str(rows[0]["head_hash"])
+        return str(rows[0][0])
 
     def finish_run(self, record: HaltRecord) -> None:
         """Store the halt record and the row's summary, with the record sealed onto the
-        run's head as it is in the same transaction."""
+        run's head as it is in the same transaction (and that head kept with it)."""
         with self._tx(record.run_id) as conn:
-            sql = "SELECT head_hash, chain FROM runs WHERE run_id = ?"
-            row = conn.execute(sql, (record.run_id,)).fetchone()
+            row = conn.execute(SELECT_NEWEST, {"run_id": record.run_id}).fetchone()
             if row is None:
                 raise sqlite3.IntegrityError("no such run in this journal")
             key = codec.chain_key(row[1], self.chain_key, self._error, record.run_id)
             seal = codec.seal(record, row[0], key)
-            _one_row(conn.execute(FINISH_RUN, codec.finish_params(record, seal)))
+            head = (row[0], row[2]) if row[0] is not None else (None, None)
+            _one_row(conn.execute(FINISH_RUN, codec.finish_params(record, seal, head)))
 
     def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
         with self._tx(run_id) as conn:
@@ -222,23 +256,23 @@ class SqliteStore:
         """One UPDATE under BEGIN IMMEDIATE: the owner changes only if nobody changed it."""
         status, old_pid, old_host = was
         with self._tx(run_id) as conn:
-            cursor = conn.execute(
-                "UPDATE runs SET status = 'running', pid = ?, host = ? WHERE run_id = ?"
-                " AND status = ? AND status != 'halted' AND pid IS ? AND host IS ?"
-                " AND head_hash = ?",
-                (pid, host, run_id, status, old_pid, old_host, head),
-            )
+            params = {"pid": pid, "host": host, "run_id": run_id, "status": status,
+                      "old_pid": old_pid, "old_host": old_host, "head": head}  # fmt: skip
+            cursor = conn.execute(CLAIM_RUN, params)
         return cursor.rowcount == 1
 
     def import_run(self, run: RunRow, events: Sequence[Event], record: HaltRecord | None) -> None:
         """Write a run exported from another journal, its events and its record, in ONE
         transaction, with the same serialization as the live path. The journal is
         append-only: a run id already here is refused, never overwritten."""
-        params = codec.import_params(run, events, record, self._error, self.chain_key)
+        row, params = codec.import_params(run, events, record, self._error, self.chain_key)
+        declaration = codec.declared_row(run)
         with self._tx(run.run_id) as conn:
             if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone():
                 raise self._error(codec.ALREADY_HERE, run.run_id)
-            conn.execute(INSERT_RUN, codec.run_params(run, record))
+            if declaration is not None:
+                conn.execute(INSERT_DECLARATION, declaration)
+            conn.execute(INSERT_RUN, row)
             conn.executemany(INSERT_EVENT, params)
 
     # --- reads ----------------------------------------------------------------------------
@@ -283,12 +317,9 @@ class SqliteStore:
         """A run's row, its events as stored (column text, not decoded) with their hashes,
         and its head hash: what `fsm_agent.chain.verify_chain` checks."""
         run = self.get_run(run_id)
-        head = self._read(
-            lambda: list(self.db.query("SELECT head_hash FROM runs WHERE run_id = ?", [run_id]))
-        )
-        rows = self._tuples(SELECT_CHAIN, (run_id,))
-        links = [ChainLink(r[1], tuple(r[:16]), r[16], r[17]) for r in rows]
-        return run, links, head[0]["head_hash"]
+        head = self._tuples(SELECT_HEAD, {"run_id": run_id})
+        links = [codec.chain_link(r) for r in self._tuples(SELECT_CHAIN, (run_id,))]
+        return run, links, head[0][0] if head else None
 
     def run_ids(self) -> list[str]:
         """Every run id in the journal, oldest first."""

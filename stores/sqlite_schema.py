@@ -95,39 +95,67 @@ def _m004(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX queue_status ON queue (status, submitted_at)")
 
 
-INSERT_EVENT = """
-    INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
-                        guards, checks, snapshot, facts, note, control, prev_hash, hash)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
-SELECT_CHAIN = """
-    SELECT run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry, guards,
-           checks, snapshot, facts, note, control, prev_hash, hash
-    FROM events WHERE run_id = ? ORDER BY seq"""
-#: The live path's INSERT: only onto the run's current head (see `SqliteStore.append`).
-APPEND_EVENT = """
-    INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
-                        guards, checks, snapshot, facts, note, control, prev_hash, hash)
-    SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
-    WHERE (SELECT head_hash FROM runs WHERE run_id = ?) = ?"""
+_EVENT_COLUMNS = """run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,
+                        guards, checks, snapshot, facts, note, control, prev_hash, hash, digest"""
+INSERT_EVENT = f"""
+    INSERT INTO events ({_EVENT_COLUMNS})
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""  # noqa: S608
+SELECT_CHAIN = f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? ORDER BY seq"  # noqa: S608
+#: A stored event hash as hex: `hash` (chain versions 1 and 2) or `digest` (version 3).
+_HEX = "CASE WHEN digest IS NULL THEN hash ELSE lower(hex(digest)) END"
+#: The newest event's hash (hex) of the run whose id is bound as `:run_id`.
+NEWEST_HASH = f"""(SELECT {_HEX} FROM events WHERE run_id = :run_id
+                   ORDER BY seq DESC LIMIT 1)"""  # noqa: S608 - constants only
+#: A run's head hash: a halted run's is stored with its record's seal (`FINISH_RUN`); a
+#: live run's is its newest event's. Parameter: `:run_id`.
+SELECT_HEAD = f"""
+    SELECT CASE WHEN status = 'halted' AND head_hash IS NOT NULL THEN head_hash
+                ELSE {NEWEST_HASH} END, chain
+    FROM runs WHERE run_id = :run_id"""  # noqa: S608 - constants only
+#: What a record is sealed onto: the newest event's hash, the run's chain mode, and the
+#: newest event's seq. Parameter: `:run_id`.
+SELECT_NEWEST = f"""
+    SELECT {NEWEST_HASH}, chain, (SELECT MAX(seq) FROM events WHERE run_id = :run_id)
+    FROM runs WHERE run_id = :run_id"""  # noqa: S608 - constants only
+#: A run's new owner, only while its row and head are what the claimant read.
+CLAIM_RUN = f"""
+    UPDATE runs SET status = 'running', pid = :pid, host = :host
+    WHERE run_id = :run_id AND status = :status AND status != 'halted' AND pid IS :old_pid
+      AND host IS :old_host AND {NEWEST_HASH} = :head"""  # noqa: S608 - constants only
+#: The live path's INSERT: only onto the run's current head (see `SqliteStore.append`):
+#: the row before it (seq - 1) must hold the hash the event is chained onto, and the
+#: primary key (run_id, seq) lets only one event follow it. Parameters: the event's 19
+#: columns, then run_id, seq - 1 and that hash as stored (text, or 32 bytes in version 3).
+APPEND_EVENT = f"""
+    INSERT INTO events ({_EVENT_COLUMNS})
+    SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+    WHERE (SELECT COALESCE(digest, hash) FROM events WHERE run_id = ? AND seq = ?) = ?"""  # noqa: S608
+INSERT_DECLARATION = """
+    INSERT INTO declarations (sha256, name, text) VALUES (?, ?, ?)
+    ON CONFLICT (sha256) DO NOTHING"""
 # A live run's state and steps come from its newest event (one INSERT per transition, no
-# second write to `runs`); a halted run's come from its `runs` row.
+# second write to `runs`); a halted run's come from its `runs` row. A run row written
+# since m007 refers to its declaration (`declarations`) instead of carrying it.
 SELECT_RUNS = """
     SELECT r.*, e.dest AS live_state,
            CASE WHEN json_valid(e.snapshot)
-                THEN json_extract(e.snapshot, '$.meters.steps_used') END AS live_steps
+                THEN json_extract(e.snapshot, '$.meters.steps_used') END AS live_steps,
+           d.text AS declared_text
     FROM runs AS r
     LEFT JOIN events AS e
       ON e.run_id = r.run_id
-     AND e.seq = (SELECT MAX(seq) FROM events WHERE run_id = r.run_id)"""
+     AND e.seq = (SELECT MAX(seq) FROM events WHERE run_id = r.run_id)
+    LEFT JOIN declarations AS d ON r.machine_text = '' AND d.sha256 = r.machine_sha256"""
 INSERT_RUN = """
     INSERT INTO runs (run_id, machine, machine_sha256, machine_text, task, budgets, state, status,
                       halt_reason, steps_used, started_at, ended_at, record, pid, host, chain,
-                      record_hash)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
-#: A halted run's summary, record and the record's seal, in one statement.
+                      record_hash, head_hash, head_seq)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+#: A halted run's summary, record, the record's seal and the head it seals, in one
+#: statement.
 FINISH_RUN = """
     UPDATE runs SET status = 'halted', state = ?, halt_reason = ?, steps_used = ?, ended_at = ?,
-                    record = ?, record_hash = ?
+                    record = ?, record_hash = ?, head_hash = ?, head_seq = ?
     WHERE run_id = ?"""
 # One narrow row per run for statistics: nothing decoded in Python; the record's cost is
 # read by SQLite (a corrupt record reads as no cost rather than failing every statistic).
@@ -206,6 +234,25 @@ def _m006(db: sqlite_utils.Database) -> None:
     Runs already here keep NULL in both: their chains verify exactly as before."""
     db.execute("ALTER TABLE runs ADD COLUMN chain TEXT")
     db.execute("ALTER TABLE runs ADD COLUMN record_hash TEXT")
+
+
+@_migration("m007_chain_v3_and_declarations")
+def _m007(db: sqlite_utils.Database) -> None:
+    """Chain version 3 (fsm_agent.chain_hash): an event's hash as 32 bytes (`digest`), no
+    copy of the previous one; no trigger rewriting the runs row on every INSERT (a live
+    run's head is its newest event; `APPEND_EVENT` chains only onto it); each declaration
+    stored once per sha256 (`declarations`), referred to by the run rows written since.
+    Nothing journaled is rewritten: rows already here keep their columns, and read and
+    verify exactly as before."""
+    db.execute("ALTER TABLE events ADD COLUMN digest BLOB")
+    db.execute("DROP TRIGGER events_head")
+    db.execute("""
+        CREATE TABLE declarations (
+            sha256 TEXT PRIMARY KEY, name TEXT NOT NULL, text TEXT NOT NULL)""")
+    for op in ("UPDATE", "DELETE"):
+        db.execute(f"""
+            CREATE TRIGGER declarations_no_{op.lower()} BEFORE {op} ON declarations
+            BEGIN SELECT RAISE(ABORT, 'the journal is append-only'); END""")
 
 
 def select_job(run_id: str) -> tuple[str, tuple[Any, ...]]:

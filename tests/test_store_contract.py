@@ -29,7 +29,7 @@ from click.testing import CliRunner
 from fsm_agent import serde
 from fsm_agent.budgets import Budgets, Meters
 from fsm_agent.chain import verify_run
-from fsm_agent.chain_hash import UNKEYED, record_link
+from fsm_agent.chain_hash import UNKEYED_3, record_link
 from fsm_agent.cli import cli
 from fsm_agent.encoding import text_sha256
 from fsm_agent.errors import JournalError, NotAJournal, RunNotFound
@@ -43,6 +43,7 @@ from fsm_agent.replay import replay_events
 from fsm_agent.runfile import RunExistsError, RunFileError, export_run, import_run, read_run_file
 from fsm_agent.snapshot import Snapshot, ToolOutcome
 from stores import is_dsn, open_store, redact_dsn
+from stores.postgres_schema import _HEAD as _PG_HEAD
 from stores.sqlite import SqliteStore
 from tests.child_writer import expected_halt
 from tests.child_writer import run_id as writer_run_id
@@ -76,7 +77,7 @@ def run_row(run_id: str = "run-1", started_at: str = "2025-01-01T00:00:00Z") -> 
         status="running",
         started_at=started_at,
         pid=4242,
-        chain=UNKEYED,  # what a store without a chain key writes
+        chain=UNKEYED_3,  # what a store without a chain key writes
     )
 
 
@@ -412,7 +413,9 @@ def test_ids_and_times_sort_as_bytes_whatever_the_locale(store: Store) -> None:
 def test_events_are_ordered_by_seq_and_kept_per_run(store: Store) -> None:
     store.start_run(run_row("a"), started("a"))
     store.start_run(run_row("b"), started("b"))
-    for seq in (3, 1, 2):
+    with pytest.raises(JournalError, match="head is no longer"):  # only onto the head
+        store.append(transition(3, "a"))
+    for seq in (1, 2, 3):
         store.append(transition(seq, "a"))
     store.append(transition(1, "b"))
     assert [e.seq for e in store.events("a")] == [0, 1, 2, 3]
@@ -771,7 +774,7 @@ def test_the_halt_record_is_sealed_with_it_and_an_edit_of_it_shows(
 ) -> None:
     record = lab_run(tmp_path, [LOOKUP, ANSWER], store=store)
     row = store.get_run(record.run_id)
-    assert row.chain == UNKEYED
+    assert row.chain == UNKEYED_3
     assert record.journal_head is not None
     assert row.record_hash == record_link(record.journal_head, record)
     assert verify_run(store, record.run_id).record == "sealed"
@@ -801,7 +804,7 @@ def test_a_keyed_store_chains_new_runs_with_its_key(
         record = lab_run(tmp_path, [MISS, LOOKUP, ANSWER], store=keyed)
         row = keyed.get_run(record.run_id)
         assert row.chain is not None
-        assert row.chain.startswith("hmac-sha256:")
+        assert row.chain.startswith("hmac-sha256/3:")
         report = verify_run(keyed, record.run_id)
         assert (report.ok, report.mode, report.record) == (True, "keyed", "sealed")
         unchecked = verify_run(plain, record.run_id)
@@ -836,15 +839,18 @@ def test_a_journal_from_before_the_seal_migrates_and_verifies_as_before(
         import_run(s, old)
     finally:
         s.close()
-    new_migration = backend.migrations()[-1]
-    assert "chain_mode_and_record_seal" in new_migration
+    names = backend.migrations()
+    new_migration = next(n for n in names if "chain_mode_and_record_seal" in n)
+    later = names[names.index(new_migration) :]
     backend.sql("ALTER TABLE runs DROP COLUMN chain")  # the journal as it was written then
     backend.sql("ALTER TABLE runs DROP COLUMN record_hash")
     table = "_sqlite_migrations" if backend.name == "sqlite" else "fsm_agent_migrations"
-    backend.sql(f"DELETE FROM {table} WHERE name = ?", (new_migration,))  # noqa: S608
+    for name in later:
+        backend.sql(f"DELETE FROM {table} WHERE name = ?", (name,))  # noqa: S608
+    _undo_chain_v3(backend)
     s = backend.open()
     try:
-        assert backend.migrations()[-1] == new_migration
+        assert backend.migrations()[-len(later) :] == later
         row = s.get_run(old.run.run_id)
         assert (row.chain, row.record_hash) == (None, None)
         report = verify_run(s, old.run.run_id)
@@ -852,6 +858,30 @@ def test_a_journal_from_before_the_seal_migrates_and_verifies_as_before(
         assert "halt record not sealed" in report.notes[0]
     finally:
         s.close()
+
+
+def _undo_chain_v3(backend: Backend) -> None:
+    """The schema as it was before chain version 3 (m007 / m005 undone): declarations back
+    in their run rows."""
+    backend.sql(
+        "UPDATE runs SET machine_text = (SELECT text FROM declarations AS d"
+        " WHERE d.sha256 = runs.machine_sha256) WHERE machine_text = ''"
+    )
+    backend.sql("DROP TABLE declarations")
+    backend.sql("ALTER TABLE events DROP COLUMN digest")
+    if backend.name == "sqlite":
+        backend.sql("""
+            CREATE TRIGGER events_head AFTER INSERT ON events
+            BEGIN
+                UPDATE runs SET head_hash = NEW.hash, head_seq = NEW.seq
+                WHERE run_id = NEW.run_id;
+            END""")
+    else:
+        backend.sql(_PG_HEAD)
+        backend.sql(
+            "CREATE TRIGGER events_head AFTER INSERT ON events"
+            " FOR EACH ROW EXECUTE FUNCTION fsm_agent_events_head()"
+        )
 
 
 def test_a_failed_import_leaves_nothing_behind(tmp_path: Path, store: Store) -> None:
@@ -1245,8 +1275,9 @@ def test_postgres_refuses_truncate_and_keeps_the_schema(pg_location: str) -> Non
             backend.sql("TRUNCATE events CASCADE")
         assert backend.migrations() == [m.name for m in MIGRATIONS]
         assert s.events("run-1") == [started()]
-        # the head moves in the INSERT's own statement, by the trigger
-        assert backend.sql("SELECT head_seq FROM runs") == [(0,)]
+        # no trigger moves the runs row: a live run's head is its newest event
+        assert backend.sql("SELECT head_seq FROM runs") == [(None,)]
+        assert s.chain("run-1")[2] == s.chain("run-1")[1][-1].hash
         assert type(s).__name__ == "PostgresStore"
         assert s.location == pg_location
     finally:
