@@ -111,7 +111,10 @@ def verify_chain(
         mode = parse_mode(run.chain)
     except ChainModeError as exc:  # no hash can be recomputed: the mode is unknown
         flag("run_edited", 0, f"runs.chain: {exc}: the run row was edited", "runs.chain")
-        mode, can_hash = ChainMode(2), False
+        mode, can_hash = ChainMode(_stored_version(links)), False
+    if mode.version < 3 <= _stored_version(links):
+        flag("run_edited", 0, _DOWNGRADED)
+        mode, can_hash = ChainMode(3, mode.key_id), False
     if mode.key_id is not None:
         if key is None:
             checked = False
@@ -184,9 +187,18 @@ def _check_links(
             _classify_break(flag, links, i, start, hashes)
 
 
+_DOWNGRADED = (
+    "runs.chain names chain version 1 or 2, but the events are stored as chain version 3"
+    " (no previous hash): the run row's chain mode was edited"
+)
 _FIRST_LINK = (
     "the first event does not chain onto the run's genesis: the run row (run id, machine,"
     " task, budgets, start time, chain mode) or the first event was edited"
+)
+_BROKEN_LINK = (
+    "the event's bytes do not match its hash over the event before it: its bytes were"
+    " edited, or the event before it was rewritten with a new hash, or events between them"
+    " were deleted and the rest renumbered"
 )
 #: How far from a broken link (in events) verify looks for the hash it was chained onto.
 _SEARCH = 256
@@ -215,7 +227,7 @@ def _check_links_v3(
             if onto is None and i == 0:
                 flag("run_edited", 0, _FIRST_LINK)
             elif onto is None and links[i - 1].seq + 1 == x.seq:
-                flag("edited", x.seq)
+                flag("edited", x.seq, _BROKEN_LINK)
             resolved[i] = attrs.evolve(x, prev_hash=onto or before)
             continue
         resolved[i] = attrs.evolve(x, prev_hash=before)
@@ -234,6 +246,13 @@ def _chained_onto(
         if onto is not None and onto != x.hash and link_v3(onto, x.columns, key) == x.hash:
             return onto
     return None
+
+
+def _stored_version(links: Sequence[ChainLink]) -> int:
+    """The chain version the events are stored in: 3 when they hold hashes but not the
+    previous one, else 2 (versions 1 and 2 store both)."""
+    stored = [x for x in links if x.hash is not None]
+    return 3 if stored and all(x.prev_hash is None for x in stored) else 2
 
 
 def require_keyed(report: ChainReport) -> ChainReport:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from fsm_agent.chain import link, verify_chain, verify_run
+from fsm_agent import chain_hash
+from fsm_agent.chain import verify_chain, verify_run
+from fsm_agent.chain_hash import link_for
 from fsm_agent.cli import cli
 from fsm_agent.record import read_record
 from fsm_agent.runfile import (
@@ -27,8 +30,16 @@ from tests.lab import LOOKUP, lab_run
 ANSWER = {"answer": "swordfish"}
 
 
+@pytest.fixture(params=[2, 3], ids=["chain-v2", "chain-v3"])
+def version(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The chain version the journal's new runs are written in: each tampering shows in
+    version 2 (what runs were chained with before) and version 3 (new runs) alike."""
+    monkeypatch.setattr(chain_hash, "CURRENT_VERSION", request.param)
+    return int(request.param)
+
+
 @pytest.fixture
-def journal(tmp_path: Path) -> tuple[Path, str]:
+def journal(tmp_path: Path, version: int) -> tuple[Path, str]:
     """A completed lab run: events 0..4 (started, tool_pending, awaiting_receipts,
     drafting, done)."""
     record = lab_run(tmp_path, [LOOKUP, ANSWER])
@@ -45,6 +56,20 @@ def tamper(db: Path, *statements: str) -> None:
         conn.execute(sql)
     conn.commit()
     conn.close()
+
+
+def rehash(row: dict[str, Any], names: list[str], prev: str, version: int) -> dict[str, Any]:
+    """A forged events row, chained onto `prev` as a careful forger would, in `version`."""
+    cols = tuple(row[n] for n in names if n not in ("prev_hash", "hash", "digest"))
+    digest = link_for(version)(prev, cols, None)
+    if version >= 3:
+        return row | {"prev_hash": None, "hash": None, "digest": bytes.fromhex(digest)}
+    return row | {"prev_hash": prev, "hash": digest, "digest": None}
+
+
+def hash_column(version: int, digest: str) -> str:
+    """An SQL assignment of an event's stored hash, as `version` stores it."""
+    return f"digest = X'{digest}'" if version >= 3 else f"hash = '{digest}'"
 
 
 def findings(db: Path, run_id: str) -> list[tuple[str, int]]:
@@ -76,17 +101,21 @@ def test_an_edited_payload_shows_at_its_seq(journal: tuple[Path, str]) -> None:
 
 
 def test_an_edit_with_a_recomputed_hash_still_breaks_the_next_link(
-    journal: tuple[Path, str],
+    journal: tuple[Path, str], version: int
 ) -> None:
     db, run_id = journal
     store = SqliteStore(db)
-    x = store.chain(run_id)[1][2]
+    links = store.chain(run_id)[1]
     store.close()
+    x, prev = links[2], links[1].hash
     forged = (*x.columns[:14], "all fine", x.columns[15])  # the note, edited
-    assert x.prev_hash is not None
-    forged_hash = link(x.prev_hash, forged)
-    tamper(db, f"UPDATE events SET note = 'all fine', hash = '{forged_hash}' WHERE seq = 2")  # noqa: S608
-    assert findings(db, run_id) == [("deleted", 3)]
+    assert prev is not None
+    forged_hash = link_for(version)(prev, forged, None)
+    assign = hash_column(version, forged_hash)
+    tamper(db, f"UPDATE events SET note = 'all fine', {assign} WHERE seq = 2")  # noqa: S608
+    # version 2 stores each event's prev_hash: seq 3 is chained onto an event not there;
+    # version 3 does not: seq 3 does not chain onto the rewritten seq 2
+    assert findings(db, run_id) == [("deleted" if version == 2 else "edited", 3)]
 
 
 def test_a_deleted_event_shows_as_the_missing_seq(journal: tuple[Path, str]) -> None:
@@ -96,7 +125,7 @@ def test_a_deleted_event_shows_as_the_missing_seq(journal: tuple[Path, str]) -> 
 
 
 def test_a_deleted_event_shows_even_when_the_rest_are_renumbered(
-    journal: tuple[Path, str],
+    journal: tuple[Path, str], version: int
 ) -> None:
     db, run_id = journal
     tamper(
@@ -105,19 +134,23 @@ def test_a_deleted_event_shows_even_when_the_rest_are_renumbered(
         "UPDATE events SET seq = seq + 100 WHERE seq > 2",
         "UPDATE events SET seq = seq - 101 WHERE seq > 100",
     )
-    assert findings(db, run_id) == [("deleted", 2)]
+    # version 3 stores no prev_hash: the event after the gap does not chain onto the one
+    # before it, which is all that can be told
+    assert findings(db, run_id) == [("deleted" if version == 2 else "edited", 2)]
 
 
-def test_an_inserted_event_shows_at_its_seq(journal: tuple[Path, str]) -> None:
+def test_an_inserted_event_shows_at_its_seq(journal: tuple[Path, str], version: int) -> None:
     db, run_id = journal
+    store = SqliteStore(db)
+    head_1 = store.chain(run_id)[1][1].hash
+    store.close()
+    assert head_1 is not None
     conn = sqlite3.connect(db)
     row = conn.execute("SELECT * FROM events WHERE seq = 1").fetchone()
     names = [d[0] for d in conn.execute("SELECT * FROM events").description]
     conn.close()
     fake = dict(zip(names, row, strict=True)) | {"seq": 2, "note": "approved by ops"}
-    cols = tuple(fake[n] for n in names if n not in ("prev_hash", "hash"))
-    fake["prev_hash"], fake["hash"] = row[names.index("hash")], None
-    fake["hash"] = link(fake["prev_hash"], cols)  # a careful forger chains it onto seq 1
+    fake = rehash(fake, names, head_1, version)  # a careful forger chains it onto seq 1
     values = ", ".join("?" * len(names))
     tamper(
         db,
@@ -244,16 +277,19 @@ def test_verify_chain_of_an_empty_run_is_a_finding(journal: tuple[Path, str]) ->
 
 
 def test_an_event_forged_onto_the_head_shows_against_the_record(
-    journal: tuple[Path, str],
+    journal: tuple[Path, str], version: int
 ) -> None:
-    # The trigger moves the head for any INSERT; the halt record's journal_head does not.
+    # A halted run's head is kept with its sealed record; an INSERT after it does not move it.
     db, run_id = journal
+    store = SqliteStore(db)
+    head = store.chain(run_id)[2]
+    store.close()
+    assert head is not None
     conn = sqlite3.connect(db)
     row = conn.execute("SELECT * FROM events WHERE seq = 4").fetchone()
     names = [d[0] for d in conn.execute("SELECT * FROM events").description]
     fake = dict(zip(names, row, strict=True)) | {"seq": 5, "note": "refund approved"}
-    fake["prev_hash"] = row[names.index("hash")]
-    fake["hash"] = link(fake["prev_hash"], tuple(fake[n] for n in names if "hash" not in n))
+    fake = rehash(fake, names, head, version)
     values = ", ".join("?" * len(names))
     conn.execute(f"INSERT INTO events VALUES ({values})", [fake[n] for n in names])  # noqa: S608
     conn.commit()

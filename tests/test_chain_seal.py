@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fsm_agent import serde
-from fsm_agent.chain_hash import UNKEYED, event_columns, genesis, link, record_link
+from fsm_agent.chain_hash import UNKEYED, UNKEYED_3, event_columns, genesis, link, link_v3, record_link
 from fsm_agent.chain_key import KEY_ENV, KEY_FILE_ENV
 from fsm_agent.cli import cli
 from fsm_agent.runfile import EventHash, read_run_file, write_run_file
@@ -237,7 +237,7 @@ def test_a_run_killed_after_its_halt_verifies_and_resumes_to_a_sealed_record(
     run = store.get_run(run_id)
     store.close()
     assert run.record_hash is not None
-    assert (run.chain == UNKEYED) is (mode == "unkeyed")
+    assert (run.chain == UNKEYED_3) is (mode == "unkeyed")
 
 
 def test_an_edited_declaration_is_not_resumed_or_replayed(
@@ -245,8 +245,10 @@ def test_an_edited_declaration_is_not_resumed_or_replayed(
 ) -> None:
     run_id, db = done
     killed_after_halt(db, run_id)
-    tamper(
-        db, "UPDATE runs SET machine_text = replace(machine_text, 'max_steps: 8', 'max_steps: 80')"
+    tamper(  # the declaration is stored once per sha256, apart from the run row
+        db,
+        "DROP TRIGGER declarations_no_update",
+        "UPDATE declarations SET text = replace(text, 'max_steps: 8', 'max_steps: 80')",
     )
     result = resume(db, run_id, tmp_path)
     assert result.exit_code == 2
@@ -311,7 +313,7 @@ def test_a_run_file_keeps_its_mode_through_export_and_import(
     done: tuple[str, str], tmp_path: Path, mode: str
 ) -> None:
     path, data = exported(done, tmp_path)
-    assert (data["run"]["chain"] == UNKEYED) is (mode == "unkeyed")
+    assert (data["run"]["chain"] == UNKEYED_3) is (mode == "unkeyed")
     other = str(tmp_path / "other.db")
     assert invoke("import", str(path), "--db", other).exit_code == 0
     copied = invoke("verify", data["run"]["run_id"], "--db", other)
@@ -413,12 +415,14 @@ def test_a_keyed_run_verifies_with_its_key_from_a_file_and_fails_with_another(
 def test_an_insider_without_the_key_cannot_rechain_an_edit(keyed: tuple[str, str]) -> None:
     run_id, db = keyed
     store = SqliteStore(db)
-    x = store.chain(run_id)[1][2]
+    links = store.chain(run_id)[1]
     store.close()
+    x, prev = links[2], links[1].hash
     forged = (*x.columns[:14], "all fine", x.columns[15])
-    assert x.prev_hash is not None
-    forged_hash = link(x.prev_hash, forged)  # sha256, as the insider can
-    tamper(db, f"UPDATE events SET note = 'all fine', hash = '{forged_hash}' WHERE seq = 2")  # noqa: S608
+    assert prev is not None
+    forged_hash = link_v3(prev, forged)  # sha256, as the insider can
+    assign = f"digest = X'{forged_hash}'"
+    tamper(db, f"UPDATE events SET note = 'all fine', {assign} WHERE seq = 2")  # noqa: S608
     result = invoke("verify", run_id, "--db", db, "--json", env={KEY_ENV: KEY})
     kinds = [(f["kind"], f["seq"]) for f in json.loads(result.output)[0]["findings"]]
     assert ("edited", 2) in kinds
