@@ -33,14 +33,16 @@ from fsm_agent.journal import Event, RunRow, Store
 from fsm_agent.record import HaltRecord, atomic_write_text
 from fsm_agent.run_ids import BadRunId, is_run_id
 
-RUN_FILE_FORMAT: Final = "fsm-agent/run/3"
-#: The format of a run chained in version 3 (`fsm_agent.chain_hash`): its events carry
-#: their hashes only (`prev_hash` is null: it is the event before's). An fsm-agent that
-#: does not know chain version 3 refuses the file by its format.
-RUN_FILE_FORMAT_4: Final = "fsm-agent/run/4"
+#: The format of a run chained in version 3 (`fsm_agent.chain_hash`, every new run): its
+#: events carry their hashes only (`prev_hash` is null: it is the event before's). An
+#: fsm-agent that does not know chain version 3 refuses the file by its format.
+RUN_FILE_FORMAT: Final = "fsm-agent/run/4"
+#: The format of a run chained in version 1 or 2 (each event's `prev_hash` too): such a run
+#: is exported as before, so an fsm-agent that knows no chain version 3 still reads it.
+RUN_FILE_FORMAT_3: Final = "fsm-agent/run/3"
 #: Every format this fsm-agent reads: run/2 files (written before the run row carried its
 #: chain mode and record seal) read as runs journaled before records were sealed.
-READABLE_FORMATS: Final = ("fsm-agent/run/2", RUN_FILE_FORMAT, RUN_FILE_FORMAT_4)
+READABLE_FORMATS: Final = ("fsm-agent/run/2", RUN_FILE_FORMAT_3, RUN_FILE_FORMAT)
 #: How many times `export_run` re-reads a run that halted while it was being read.
 _EXPORT_ATTEMPTS: Final = 3
 
@@ -214,7 +216,7 @@ def export_run(store: Store, run_id: str) -> RunFile:
         head = links[-1].hash if links else None
     v3 = chain_version(run.chain) >= 3
     run_file = RunFile(
-        format=RUN_FILE_FORMAT_4 if v3 else RUN_FILE_FORMAT,
+        format=RUN_FILE_FORMAT if v3 else RUN_FILE_FORMAT_3,
         run=run,
         events=events,
         record=run.record,

@@ -16,7 +16,7 @@ from fsm_agent.journal import Event, Store
 from fsm_agent.record import HaltRecord
 from fsm_agent.runfile import (
     RUN_FILE_FORMAT,
-    RUN_FILE_FORMAT_4,
+    RUN_FILE_FORMAT_3,
     EventHash,
     RunFile,
     write_run_file,
@@ -46,7 +46,7 @@ def ship_trace(store: Store, final: Event, record: HaltRecord, path: Path) -> st
         chain.append(EventHash(None if version >= 3 else head, final_hash))
         run = attrs.evolve(run, record_hash=record_link(chain[-1].hash or "", record, key))
         run_file = RunFile(
-            format=RUN_FILE_FORMAT_4 if version >= 3 else RUN_FILE_FORMAT,
+            format=RUN_FILE_FORMAT if version >= 3 else RUN_FILE_FORMAT_3,
             run=run,
             events=events,
             record=record,

@@ -23,7 +23,7 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
-from fsm_agent.chain_hash import ChainLink, genesis, mode_for
+from fsm_agent.chain_hash import ChainLink, chain_version, genesis, mode_for
 from fsm_agent.chain_key import key_from_env
 from fsm_agent.errors import JournalError, RunNotFound
 from fsm_agent.journal import (
@@ -141,7 +141,7 @@ class PostgresStore:
         """Write the run's row (its declaration once per sha256) and first event, chained
         with this store's key (unkeyed without one); return the run's head hash."""
         run = attrs.evolve(run, chain=mode_for(self.chain_key), record_hash=None)
-        version = codec.chain_version(run.chain)
+        version = chain_version(run.chain)
         params, head = codec.chained(first, genesis(run, self.chain_key), self.chain_key, version)
         declaration = codec.declared_row(run)
         with self._tx(run.run_id) as conn:
@@ -203,7 +203,7 @@ class PostgresStore:
             rows = self._tuples("SELECT chain FROM runs WHERE run_id = %s", (run_id,))
             chain = rows[0][0] if rows else None
             key = codec.chain_key(chain, self.chain_key, self._error, run_id)
-            self._modes[run_id] = (key, codec.chain_version(chain))
+            self._modes[run_id] = (key, chain_version(chain))
         return self._modes[run_id]
 
     def _head(self, run_id: str) -> str:

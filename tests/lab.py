@@ -9,8 +9,8 @@ from typing import Any
 import attrs
 
 from fsm_agent import HaltRecord, ScriptedModel, load_tools, run
-from fsm_agent.chain import event_columns, genesis, link
-from fsm_agent.chain_hash import record_link
+from fsm_agent.chain import event_columns, genesis
+from fsm_agent.chain_hash import chain_version, link_for, record_link
 from fsm_agent.replay import replay_events
 from fsm_agent.runfile import EventHash, RunFile
 from stores.sqlite import SqliteStore
@@ -37,9 +37,10 @@ def rechained(run_file: RunFile) -> RunFile:
     """A run file made up by a test (ids and times changed), with its hash chain and its
     record's seal recomputed (unkeyed) so that it imports like a real run."""
     prev, chain = genesis(run_file.run), []
+    version = chain_version(run_file.run.chain)
     for event in run_file.events:
-        h = link(prev, event_columns(event))
-        chain.append(EventHash(prev, h))
+        h = link_for(version)(prev, event_columns(event), None)
+        chain.append(EventHash(None if version >= 3 else prev, h))
         prev = h
     record = None if run_file.record is None else attrs.evolve(run_file.record, journal_head=prev)
     seal = None if record is None else record_link(prev, record)  # resealed, as the store does

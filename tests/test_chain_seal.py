@@ -15,7 +15,15 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fsm_agent import serde
-from fsm_agent.chain_hash import UNKEYED, UNKEYED_3, event_columns, genesis, link, link_v3, record_link
+from fsm_agent.chain_hash import (
+    UNKEYED,
+    UNKEYED_3,
+    event_columns,
+    genesis,
+    link,
+    link_v3,
+    record_link,
+)
 from fsm_agent.chain_key import KEY_ENV, KEY_FILE_ENV
 from fsm_agent.cli import cli
 from fsm_agent.runfile import EventHash, read_run_file, write_run_file

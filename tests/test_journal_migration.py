@@ -23,7 +23,7 @@ from fsm_agent.chain_hash import UNKEYED, UNKEYED_3
 from fsm_agent.cli import cli
 from fsm_agent.errors import JournalError
 from fsm_agent.replay import replay_events
-from fsm_agent.runfile import export_run, import_run
+from fsm_agent.runfile import RUN_FILE_FORMAT_3, export_run, import_run
 from stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, lab_run
 
@@ -69,7 +69,8 @@ def test_the_old_runs_verify_and_replay_unchanged_after_the_migration(old: Path)
         assert (run.chain, len(run.machine_text) > 1000) == (UNKEYED, True)
         assert replay_events(run, store.events(DONE)).ok
         _, links, head = store.chain(DONE)
-        assert head == links[-1].hash and all(x.prev_hash for x in links)
+        assert head == links[-1].hash
+        assert all(x.prev_hash for x in links)
     finally:
         store.close()
     # every journaled row is as it was; the new column is empty on them
@@ -92,12 +93,15 @@ def test_a_cut_off_run_goes_on_in_its_own_chain_version(old: Path, tmp_path: Pat
         report = verify_run(store, CUT)
         assert (report.ok, report.version, report.record) == (True, 2, "sealed")
         run, links, _ = store.chain(CUT)
-        assert run.chain == UNKEYED and [x.seq for x in links] == [0, 1, 2, 3, 4]
+        assert run.chain == UNKEYED
+        assert [x.seq for x in links] == [0, 1, 2, 3, 4]
         assert all(x.prev_hash == y.hash for x, y in zip(links[1:], links, strict=False))
         # exported and imported, it verifies in the new journal too
         other = SqliteStore(tmp_path / "other.db")
         try:
-            import_run(other, export_run(store, CUT))
+            exported = export_run(store, CUT)
+            assert exported.format == RUN_FILE_FORMAT_3  # readable where chain v3 is not known
+            import_run(other, exported)
             assert verify_run(other, CUT).ok
         finally:
             other.close()

@@ -164,7 +164,7 @@ def test_the_file_is_indented_json_format_first_and_written_the_same_every_time(
     first = write_run_file(looping, tmp_path / "a.json").read_bytes()
     second = write_run_file(looping, tmp_path / "b.json").read_bytes()
     assert first == second
-    assert first.startswith(b'{\n  "format": "fsm-agent/run/3",\n  "run": {')
+    assert first.startswith(b'{\n  "format": "fsm-agent/run/4",\n  "run": {')
     assert first.endswith(b"}\n")
     assert list(json.loads(first)) == [
         "format",
@@ -331,9 +331,9 @@ def test_nan_is_not_json(looping: RunFile, tmp_path: Path) -> None:
         (
             {"format": "fsm-agent/halt-record/1"},
             "$.format",
-            "format 'fsm-agent/halt-record/1', expected 'fsm-agent/run/3'",
+            "format 'fsm-agent/halt-record/1', expected 'fsm-agent/run/4'",
         ),
-        ({"format": "fsm-agent/run/4"}, "$.format", "format 'fsm-agent/run/4'"),
+        ({"format": "fsm-agent/run/5"}, "$.format", "format 'fsm-agent/run/5'"),
     ],
     ids=["not-an-object", "no-format", "a-halt-record", "a-newer-format"],
 )

@@ -728,6 +728,63 @@ def test_the_conditional_append_refuses_a_stale_head(store: Store, other: Store)
     assert verify_run(other, "run-1").ok
 
 
+def test_append_many_chains_each_event_on_the_one_before_in_one_transaction(
+    store: Store, other: Store, backend: Backend
+) -> None:
+    store.start_run(run_row(), started())
+    head = store.append_many([transition(1), transition(2), transition(3)])
+    _, links, stored_head = other.chain("run-1")
+    assert [x.seq for x in links] == [0, 1, 2, 3]
+    assert head == stored_head == links[-1].hash
+    assert len({x.hash for x in links}) == 4  # each event its own hash
+    assert verify_run(other, "run-1").ok
+    # all or nothing: a batch whose last event cannot be written leaves no event of it
+    with pytest.raises(JournalError, match="not written"):
+        store.append_many([transition(4), transition(5), transition(5)])
+    assert [e.seq for e in other.events("run-1")] == [0, 1, 2, 3]
+    # ... and one chained onto a head another writer moved meanwhile is refused whole
+    other.append(transition(4))
+    with pytest.raises(JournalError, match="another process is writing this run"):
+        store.append_many([attrs.evolve(transition(4), note="fork"), transition(5)])
+    assert [e.note for e in other.events("run-1")][-1] != "fork"
+    assert backend.sql("SELECT count(*) FROM events") == [(5,)]
+    assert store.append_many([transition(5), transition(6)]) == other.chain("run-1")[2]
+    assert verify_run(other, "run-1").ok
+
+
+def test_two_stores_racing_on_one_run_never_fork_its_chain(backend: Backend, store: Store) -> None:
+    # Two writers append to the same run at once, each onto the head it last read: exactly
+    # one wins each seq, the loser is told, reads the head again and goes on.
+    store.start_run(run_row(), started())
+    target, won = 40, {"a": list[int](), "b": list[int]()}
+    refused = {"a": 0, "b": 0}
+
+    def writer(name: str) -> None:
+        s = backend.open()
+        try:
+            while True:
+                seq = s.last_event("run-1").seq + 1
+                if seq > target:
+                    return
+                try:
+                    s.append(attrs.evolve(transition(seq), note=f"{name} {seq}"))
+                except JournalError as exc:
+                    refused[name] += 1
+                    if "another process is writing this run" not in str(exc):
+                        raise
+                    continue
+                won[name].append(seq)
+        finally:
+            s.close()
+
+    _in_threads(writer, ["a", "b"])
+    events = store.events("run-1")
+    assert [e.seq for e in events] == list(range(target + 1))
+    assert sorted(won["a"] + won["b"]) == list(range(1, target + 1))  # one winner per seq
+    assert all(events[seq].note == f"{name} {seq}" for name in won for seq in won[name])
+    assert verify_run(store, "run-1").ok
+
+
 def test_export_import_round_trip_keeps_the_chain(
     tmp_path: Path, store: Store, backend: Backend
 ) -> None:
