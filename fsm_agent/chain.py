@@ -3,16 +3,20 @@
 Each event's hash is a digest over the previous event's hash and the event's canonical
 bytes; the first event's "previous hash" is the genesis of its run (run id, machine and its
 hash, task, frozen budgets, start time, chain mode), so editing the run row breaks the chain
-too. The run's head hash (the newest event's) is kept beside the run, so a truncated tail
-shows; the halt record is sealed onto that head in the same write that stores it. How the
-digests are made (sha256, or HMAC-SHA256 under a key the journal does not hold) is in
+too. A live run's head hash is its newest event's; a halted run's is kept beside the run
+with its halt record, sealed onto it in the same write, so a truncated tail, or an event
+appended after the halt, shows (a live run's tail cut off by someone who bypasses the
+append-only triggers does not, until the record anchors the head). How the digests are made
+(sha256, or HMAC-SHA256 under a key the journal does not hold) is in
 `fsm_agent.chain_hash`; the checks of the row and the record against the chain in
 `fsm_agent.chain_row`.
 
-The canonical bytes are the event's stored column texts, in a fixed order, as one JSON
-array — the same for every store and for export files. The sequence number is not hashed:
-order is what the links prove, and leaving it out lets `verify_chain` tell an inserted, a
-deleted and a reordered event apart.
+The canonical bytes are the event's stored column texts, in a fixed order — as one JSON
+array in chain versions 1 and 2, each framed by its type and length in version 3 — the same
+for every store and for export files. The sequence number is not hashed: order is what the
+links prove, and leaving it out lets `verify_chain` tell an inserted, a deleted and a
+reordered event apart (in version 3, which stores no previous hash, an event after a run
+of deleted and renumbered events shows as edited).
 
 An unkeyed chain proves the journal was not edited by someone who could not also recompute
 every hash after the edit, the head and the seal. A keyed chain proves it against anyone

@@ -183,7 +183,16 @@ class Store(Protocol):
         ...
 
     def append(self, event: Event) -> str:
-        """Chain one event onto its run's head; return the new head hash."""
+        """Chain one event onto its run's head (the event at seq - 1, which no other event
+        follows yet); return the new head hash. Refused (`JournalError`, nothing written)
+        when the head is not the one this store last wrote or read: two writers never fork
+        a run's chain."""
+        ...
+
+    def append_many(self, events: Sequence[Event]) -> str:
+        """Chain several events of one run onto its head, in order, each its own row with
+        its own hash chained on the one before, in ONE transaction with `append`'s check on
+        the first: all are written or none. Returns the new head hash."""
         ...
 
     def finish_run(self, record: HaltRecord) -> None: ...
