@@ -226,7 +226,7 @@ def _check_links_v3(
         before = start if i == 0 else hashes[i - 1]
         if x.hash is None:
             flag("unchained", x.seq)
-        elif before is None or link_v3(before, x.columns, key) != x.hash:
+        elif not _links_v3(before, x, key):
             onto = _chained_onto(x, i, start, hashes, key)
             if onto is None and i == 0:
                 flag("run_edited", 0, _FIRST_LINK)
@@ -247,9 +247,18 @@ def _chained_onto(
     made over, or None: its own bytes were edited."""
     window = hashes[max(0, i - _SEARCH) : i + _SEARCH]
     for onto in (start, *window):
-        if onto is not None and onto != x.hash and link_v3(onto, x.columns, key) == x.hash:
+        if onto != x.hash and _links_v3(onto, x, key):
             return onto
     return None
+
+
+def _links_v3(prev: str | None, x: ChainLink, key: bytes | None) -> bool:
+    """Whether event `x`'s hash is its link onto `prev` (a hash that is not hex, from an
+    edited row, links nothing)."""
+    try:
+        return prev is not None and link_v3(prev, x.columns, key) == x.hash
+    except (ValueError, TypeError, AttributeError):
+        return False
 
 
 def _stored_version(links: Sequence[ChainLink]) -> int:

@@ -54,6 +54,11 @@ ALREADY_HERE = (
 RUN_ID_USED = "already queued or journaled; a run id is used once"
 
 
+class StaleHead(Exception):
+    """An append's first event does not follow the head it was chained onto (raised inside
+    the store's transaction to roll it back; the caller sees `stale_head`)."""
+
+
 def stale_head(seq: int) -> str:
     """Why an append onto a head that moved was refused."""
     return (
@@ -84,7 +89,11 @@ def chain_link(row: Sequence[Any]) -> ChainLink:
     """A `SELECT_CHAIN` row (the 16 columns, prev_hash, hash, digest) as a `ChainLink`,
     its hashes hex."""
     digest = row[18]
-    return ChainLink(row[1], tuple(row[:16]), row[16], digest.hex() if digest else row[17])
+    if digest is None:
+        return ChainLink(row[1], tuple(row[:16]), row[16], row[17])
+    # a digest that is not bytes (an edited row) is shown as it is, and matches no hash
+    shown = digest.hex() if isinstance(digest, bytes) else f"not a digest: {digest!r}"
+    return ChainLink(row[1], tuple(row[:16]), row[16], shown)
 
 
 def declared_row(run: RunRow) -> tuple[str, str, str] | None:

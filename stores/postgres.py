@@ -63,10 +63,6 @@ from stores.postgres_schema import (
 Verb = Literal["read", "write"]
 
 
-class _StaleHead(Exception):
-    """The event before the first one appended is not the head it was chained onto."""
-
-
 class PostgresStore:
     """A journal in a PostgreSQL database (the tables of the DSN's search path)."""
 
@@ -184,14 +180,16 @@ class PostgresStore:
         try:
             with self._tx(run_id) as conn:
                 if conn.execute(APPEND_EVENT, (*rows[0], *onto)).rowcount != 1:
-                    raise _StaleHead
+                    raise codec.StaleHead
                 if len(rows) > 1:
                     with conn.cursor() as cursor:
                         cursor.executemany(INSERT_EVENT, rows[1:])
-        except (JournalError, _StaleHead) as exc:
+        except (JournalError, codec.StaleHead) as exc:
             self._heads.pop(run_id, None)  # it may have committed: read the head again
             cause = exc.__cause__
-            if isinstance(exc, _StaleHead) or isinstance(cause, psycopg.errors.UniqueViolation):
+            if isinstance(exc, codec.StaleHead) or isinstance(
+                cause, psycopg.errors.UniqueViolation
+            ):
                 raise self._error(codec.stale_head(events[0].seq), run_id) from None
             raise
         self._heads[run_id] = head

@@ -54,10 +54,6 @@ T = TypeVar("T")
 _LOCK_ATTEMPTS = 3
 
 
-class _StaleHead(Exception):
-    """The event before the first one appended is not the head it was chained onto."""
-
-
 def _one_row(cursor: sqlite3.Cursor) -> None:
     """An UPDATE of a run that touched no row: the run is not in this journal."""
     if cursor.rowcount != 1:
@@ -190,12 +186,12 @@ class SqliteStore:
             with self._tx(run_id, atomic=len(rows) > 1) as conn:
                 cursor = self._locked(lambda: conn.execute(APPEND_EVENT, (*rows[0], *onto)), run_id)
                 if cursor.rowcount != 1:
-                    raise _StaleHead
+                    raise codec.StaleHead
                 conn.executemany(INSERT_EVENT, rows[1:])
-        except (JournalError, _StaleHead) as exc:
+        except (JournalError, codec.StaleHead) as exc:
             self._heads.pop(run_id, None)
             cause = exc.__cause__
-            if isinstance(exc, _StaleHead) or (
+            if isinstance(exc, codec.StaleHead) or (
                 isinstance(cause, sqlite3.IntegrityError) and "UNIQUE" in str(cause)
             ):
                 raise self._error(codec.stale_head(events[0].seq), run_id) from None

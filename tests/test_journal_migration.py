@@ -150,3 +150,19 @@ def test_a_new_run_in_a_migrated_journal_is_chain_version_3(old: Path, tmp_path:
     finally:
         conn.close()
     assert (stored, declared, hashes) == (("",), (1,), (5,))
+
+
+def test_a_digest_edited_into_text_is_a_finding_not_a_crash(tmp_path: Path) -> None:
+    record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}])
+    db = tmp_path / "j.db"
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TRIGGER events_no_update")
+    conn.execute("UPDATE events SET digest = 'abc' WHERE seq = 2")
+    conn.commit()
+    conn.close()
+    store = SqliteStore(db)
+    try:
+        found = [(f.kind, f.seq) for f in verify_run(store, record.run_id).findings]
+    finally:
+        store.close()
+    assert found[0] == ("edited", 2)
