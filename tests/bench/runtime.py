@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 import gc
-import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from fsm_agent import (
     MachineSpec,
     Prompt,
     Receipt,
+    Store,
     Tool,
     ToolError,
     ToolRegistry,
@@ -32,8 +33,10 @@ from fsm_agent import (
 )
 from fsm_agent.deadline import Isolation
 from fsm_agent.replay import replay_events
+from stores import open_store
 from stores.sqlite import SqliteStore
 from stores.sqlite_open import Synchronous
+from tests.bench import workers
 from tests.bench.workload import TOOL, Scratch, Workload
 
 TASK = "look up every row, then report the receipted one"
@@ -82,13 +85,14 @@ def budgets_for(workload: Workload) -> dict[str, int]:
     }
 
 
-def count_events(path: Path, run_id: str) -> int:
-    conn = sqlite3.connect(path)
+def count_events(location: Path | str, run_id: str) -> int:
+    """Events the journal holds for the run, through the store's API (one row read: the
+    run's sequence numbers count from 0 with no gap, the chain sees to that)."""
+    store = open_store(location, read_only=True)
     try:
-        row = conn.execute("SELECT count(*) FROM events WHERE run_id = ?", (run_id,)).fetchone()
+        return store.last_event(run_id).seq + 1
     finally:
-        conn.close()
-    return int(row[0])
+        store.close()
 
 
 def _expect(record: HaltRecord, reason: str, what: str) -> None:
@@ -98,28 +102,28 @@ def _expect(record: HaltRecord, reason: str, what: str) -> None:
         )
 
 
+#: Where a run journals: a SQLite file's path (the runtime opens and closes the store), or
+#: a function opening a store (called, and the store closed, inside the timing).
+Journal = Path | Callable[[], Store]
+
+
 def run_loop(
-    workload: Workload,
-    db: Path,
-    record_path: Path,
-    synchronous: Synchronous = "NORMAL",
-    isolation: Isolation = "thread",
+    workload: Workload, journal: Journal, record_path: Path, isolation: Isolation = "thread"
 ) -> tuple[HaltRecord, float]:
     """One complete run of the loop; returns its record and its elapsed seconds.
 
-    NORMAL passes the journal path (the runtime opens and closes the store); FULL passes a
-    `SqliteStore(path, synchronous="FULL")` opened and closed inside the timing. With
-    isolation="inline" the stub model and tool run in the worker's thread (no hand-off).
+    With isolation="inline" the stub model and tool run in the worker's thread (no
+    hand-off).
     """
     model, tools = StubModel(workload, isolation), stub_tools(workload, isolation)
     spec = agent_loop()
     options: dict[str, Any] = {"budgets": budgets_for(workload), "record_path": record_path}
     gc.collect()
     start = time.perf_counter()
-    if synchronous == "NORMAL":
-        record = run(spec, task=TASK, model=model, tools=tools, store=db, **options)
+    if isinstance(journal, Path):
+        record = run(spec, task=TASK, model=model, tools=tools, store=journal, **options)
     else:
-        store = SqliteStore(db, synchronous=synchronous)
+        store = journal()
         try:
             record = run(spec, task=TASK, model=model, tools=tools, store=store, **options)
         finally:
@@ -127,6 +131,13 @@ def run_loop(
     elapsed = time.perf_counter() - start
     _expect(record, "completed", "fsm-agent run")
     return record, elapsed
+
+
+def sqlite_journal(db: Path, synchronous: Synchronous) -> Journal:
+    """NORMAL (the default) passes the path; FULL opens `SqliteStore(db, synchronous=…)`."""
+    if synchronous == "NORMAL":
+        return db
+    return functools.partial(SqliteStore, db, synchronous=synchronous)
 
 
 def per_transition(
@@ -137,9 +148,21 @@ def per_transition(
 ) -> float:
     """µs per journaled transition: elapsed / the number of events in the journal."""
     db, record_path = scratch.fresh("fsm-agent.db"), scratch.fresh("record.json")
-    record, elapsed = run_loop(workload, db, record_path, synchronous, isolation)
+    journal = sqlite_journal(db, synchronous)
+    record, elapsed = run_loop(workload, journal, record_path, isolation)
     events = count_events(db, record.run_id)
     scratch.discard(db, record_path)
+    return elapsed * 1e6 / events
+
+
+def per_transition_pg(workload: Workload, scratch: Scratch) -> float:
+    """µs per journaled transition on the PostgreSQL store (a fresh schema), one process:
+    the same run as `per_transition`, the store opened and closed inside the timing."""
+    record_path = scratch.fresh("pg-record.json")
+    with workers.pg_journal(scratch) as dsn:
+        record, elapsed = run_loop(workload, functools.partial(open_store, dsn), record_path)
+        events = count_events(dsn, record.run_id)
+    scratch.discard(record_path)
     return elapsed * 1e6 / events
 
 
