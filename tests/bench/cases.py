@@ -86,7 +86,7 @@ def _fsm_agent(plan: Plan) -> Measured:
 
 
 def _inline(plan: Plan) -> Measured:
-    value = runtime.per_transition(plan.workload, plan.scratch, "NORMAL", isolation="inline")
+    value = runtime.per_transition(plan.workload, plan.scratch, "NORMAL", inline=True)
     return {"fsm-agent inline": [value]}
 
 

@@ -51,19 +51,25 @@ def agent_loop() -> MachineSpec:
 
 
 class StubModel:
-    """Proposes the workload's tool call on every step, at once."""
+    """Proposes the workload's tool call on every step, at once. No `isolation` attribute:
+    the runtime's default applies (what the `fsm-agent` case measures)."""
 
-    def __init__(self, workload: Workload, isolation: Isolation = "thread") -> None:
+    def __init__(self, workload: Workload) -> None:
         self.workload = workload
-        self.isolation = isolation
 
     def __call__(self, prompt: Prompt) -> dict[str, Any]:
         return self.workload.reply(prompt.step)
 
 
-def stub_tools(workload: Workload, isolation: Isolation = "thread") -> ToolRegistry:
+class InlineStubModel(StubModel):
+    """The same, called in the worker's thread (`isolation="inline"`)."""
+
+    isolation: Isolation = "inline"
+
+
+def stub_tools(workload: Workload, isolation: Isolation | None = None) -> ToolRegistry:
     """The workload's tool (a read) as a registry: returns at once; the last result is
-    receipted."""
+    receipted. `isolation` None: the runtime's default."""
 
     def lookup(step: int) -> ToolResult:
         data = workload.result(step)
@@ -73,7 +79,9 @@ def stub_tools(workload: Workload, isolation: Isolation = "thread") -> ToolRegis
             final=data["final"],
         )
 
-    return ToolRegistry((Tool(name=TOOL, fn=lookup, isolation=isolation, side_effect=False),))
+    if isolation is None:
+        return ToolRegistry((Tool(name=TOOL, fn=lookup, side_effect=False),))
+    return ToolRegistry((Tool(name=TOOL, fn=lookup, side_effect=False, isolation=isolation),))
 
 
 def budgets_for(workload: Workload) -> dict[str, int]:
@@ -108,14 +116,15 @@ Journal = Path | Callable[[], Store]
 
 
 def run_loop(
-    workload: Workload, journal: Journal, record_path: Path, isolation: Isolation = "thread"
+    workload: Workload, journal: Journal, record_path: Path, inline: bool = False
 ) -> tuple[HaltRecord, float]:
     """One complete run of the loop; returns its record and its elapsed seconds.
 
-    With isolation="inline" the stub model and tool run in the worker's thread (no
-    hand-off).
+    The stub model and tool run with the runtime's default isolation, or with `inline`
+    in the worker's thread (no hand-off).
     """
-    model, tools = StubModel(workload, isolation), stub_tools(workload, isolation)
+    model = InlineStubModel(workload) if inline else StubModel(workload)
+    tools = stub_tools(workload, "inline" if inline else None)
     spec = agent_loop()
     options: dict[str, Any] = {"budgets": budgets_for(workload), "record_path": record_path}
     gc.collect()
@@ -144,12 +153,12 @@ def per_transition(
     workload: Workload,
     scratch: Scratch,
     synchronous: Synchronous,
-    isolation: Isolation = "thread",
+    inline: bool = False,
 ) -> float:
     """µs per journaled transition: elapsed / the number of events in the journal."""
     db, record_path = scratch.fresh("fsm-agent.db"), scratch.fresh("record.json")
     journal = sqlite_journal(db, synchronous)
-    record, elapsed = run_loop(workload, journal, record_path, isolation)
+    record, elapsed = run_loop(workload, journal, record_path, inline)
     events = count_events(db, record.run_id)
     scratch.discard(db, record_path)
     return elapsed * 1e6 / events
