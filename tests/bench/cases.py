@@ -21,7 +21,6 @@ class Plan:
     """What one round measures, and with what."""
 
     workload: Workload
-    long: Workload
     overshoot_runs: int
     startup_repeats: int
     scratch: Scratch

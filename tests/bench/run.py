@@ -118,7 +118,9 @@ def _run_round(cases: Sequence[Case], plan: Plan, label: str) -> Measured:
     return measured
 
 
-def _table(cases: Sequence[Case], settings: Settings) -> dict[str, Samples]:
+def _table(
+    cases: Sequence[Case], settings: Settings, skipped: dict[str, str | None]
+) -> dict[str, Samples]:
     """An empty table of the rows the cases fill, each skipped one with its reason."""
     selected = {metric for case in cases for metric in case.rows(settings.scale)}
     table = {
@@ -127,28 +129,27 @@ def _table(cases: Sequence[Case], settings: Settings) -> dict[str, Samples]:
         if m.name in selected
     }
     for case in cases:
-        reason = case.skip()
         for metric in case.rows(settings.scale):
-            table[metric].skipped = reason
+            table[metric].skipped = skipped[case.name]
     return table
 
 
 def measure_all(cases: Sequence[Case], settings: Settings, scratch: Scratch) -> dict[str, Samples]:
     """Warm up, then run every case once per round, alternating the order."""
-    table = _table(cases, settings)
-    runnable = [case for case in cases if case.skip() is None]
+    skipped = {case.name: case.skip() for case in cases}
+    table = _table(cases, settings, skipped)
+    runnable = [case for case in cases if skipped[case.name] is None]
     replay = None
     if any(c.name == "replay" for c in runnable):
         _note(f"preparing the replay journal ({settings.long:,} transitions) ...")
         replay = runtime.make_replay_journal(Workload.of(settings.long), scratch)
     small = Workload.of(min(settings.transitions, 300))
-    warm = Plan(small, Workload.of(min(settings.long, 300)), 1, 1, scratch, replay)
+    warm = Plan(small, 1, 1, scratch, replay)
     _run_round(runnable, warm, "warm-up")
     for index in range(settings.rounds):
         queues = scaling.spread(index, settings.rounds, settings.worker_rounds)
         plan = Plan(
             workload=Workload.of(settings.transitions),
-            long=Workload.of(settings.long),
             overshoot_runs=_share(settings.overshoot_runs, settings.rounds, index),
             startup_repeats=settings.startup_repeats,
             scratch=scratch,
