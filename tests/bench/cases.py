@@ -25,7 +25,9 @@ class Plan:
     startup_repeats: int
     scratch: Scratch
     replay: runtime.ReplayJournal | None
-    #: runs a worker-scaling measurement submits (0: not measured this round)
+    #: one of the few rounds that measure the costly cases (queues, PostgreSQL)
+    sparse: bool = False
+    #: runs a worker-scaling measurement submits (0: none, as in the warm-up)
     worker_runs: int = 0
     #: model calls per run in the worker-scaling measurement
     worker_steps: int = workers.STEPS
@@ -42,6 +44,14 @@ def _runnable() -> str | None:
 
 def _always(plan: Plan) -> bool:
     return True
+
+
+def _sparse(plan: Plan) -> bool:
+    return plan.sparse
+
+
+def _queues_wanted(plan: Plan) -> bool:
+    return plan.sparse and plan.worker_runs > 0
 
 
 @dataclass(frozen=True)
@@ -151,7 +161,7 @@ CASES = (
     Case("fsm-agent-inline", ("fsm-agent inline",), _inline),
     Case("floor-full", ("floor FULL",), _floor_full),
     Case("fsm-agent-durable", ("fsm-agent durable",), _durable),
-    Case("fsm-agent-postgres", (POSTGRES,), _postgres, workers.pg_missing),
+    Case("fsm-agent-postgres", (POSTGRES,), _postgres, workers.pg_missing, wanted=_sparse),
     Case("replay", (REPLAY,), _replay),
     Case("overshoot", (OVERSHOOT,), _overshoot, wanted=lambda plan: plan.overshoot_runs > 0),
     Case("startup", STARTUP, _startup),
@@ -160,8 +170,7 @@ CASES = (
     Case("declarations", (declarations.METRIC,), _declarations),
     Case("langgraph", ("LangGraph",), _langgraph, peers.langgraph_missing),
     Case("burr", ("Burr",), _burr, peers.burr_missing),
-    Case("queue-sqlite", _queues("sqlite"), _queue_sqlite,
-         wanted=lambda plan: plan.worker_runs > 0),
+    Case("queue-sqlite", _queues("sqlite"), _queue_sqlite, wanted=_queues_wanted),
     Case("queue-postgres", _queues("postgres"), _queue_postgres, workers.pg_missing,
-         wanted=lambda plan: plan.worker_runs > 0),
+         wanted=_queues_wanted),
 )  # fmt: skip

@@ -32,9 +32,10 @@ FSM_AGENT_TEST_PG.
 
 Every case runs in this one process, interleaved round by round — forward on even rounds,
 backward on odd ones (A B … B A), after a warm-up round at small sizes whose figures are
-discarded. A few cases cost seconds a sample and are measured in fewer rounds, spread
-evenly over the run: the scaling runs of 10,000 transitions in 5 rounds and of 100,000 in
-3 (sizes up to 1,000 in every round), the queue cases in 5. The table shows medians, the
+discarded (the warm-up runs no queue and no scaling case: those start fresh processes). A
+few cases cost seconds a sample and are measured in fewer rounds, spread evenly over the
+run: the scaling runs of 10,000 transitions in 5 rounds and of 100,000 in 3 (sizes up to
+1,000 in every round), the queue and PostgreSQL cases in 5. The table shows medians, the
 max, the spread (max/min) and ratios against the baselines measured in the same run,
 paired by round; then the targets as a checklist (`checklist.py`), each with its figure
 and its bound. Absolute times on a shared machine are noise; the ratios are the result.
@@ -77,11 +78,12 @@ class Settings:
     smoke: bool
     #: the scaling rows: sizes, in how many rounds each, and the size compared with
     scale: Scale = field(default_factory=lambda: Scale.of(scaling.SIZES))
-    #: worker scaling: runs submitted per measurement, model calls per run, and in how many
-    #: of the rounds it is measured (spread evenly; each costs seconds of process start-up)
+    #: worker scaling: runs submitted per measurement, model calls per run
     worker_runs: int = 80
     worker_steps: int = 10
-    worker_rounds: int = 5
+    #: in how many of the rounds (spread evenly) the costly cases are measured: the queue
+    #: cases (seconds of process start-up each) and the PostgreSQL store (ms a transition)
+    sparse_rounds: int = 5
 
 
 FULL = Settings(
@@ -89,7 +91,7 @@ FULL = Settings(
 )
 SMOKE = Settings(
     transitions=60, rounds=1, long=300, overshoot_runs=2, startup_repeats=1, smoke=True,
-    scale=Scale.of((30, 100, 300)), worker_runs=8, worker_steps=2, worker_rounds=1,
+    scale=Scale.of((30, 100, 300)), worker_runs=8, worker_steps=2, sparse_rounds=1,
 )  # fmt: skip
 
 
@@ -144,17 +146,18 @@ def measure_all(cases: Sequence[Case], settings: Settings, scratch: Scratch) -> 
         _note(f"preparing the replay journal ({settings.long:,} transitions) ...")
         replay = runtime.make_replay_journal(Workload.of(settings.long), scratch)
     small = Workload.of(min(settings.transitions, 300))
-    warm = Plan(small, 1, 1, scratch, replay)
+    warm = Plan(small, 1, 1, scratch, replay, sparse=True, worker_runs=0)
     _run_round(runnable, warm, "warm-up")
     for index in range(settings.rounds):
-        queues = scaling.spread(index, settings.rounds, settings.worker_rounds)
+        sparse = scaling.spread(index, settings.rounds, settings.sparse_rounds)
         plan = Plan(
             workload=Workload.of(settings.transitions),
             overshoot_runs=_share(settings.overshoot_runs, settings.rounds, index),
             startup_repeats=settings.startup_repeats,
             scratch=scratch,
             replay=replay,
-            worker_runs=settings.worker_runs if queues else 0,
+            sparse=sparse,
+            worker_runs=settings.worker_runs,
             worker_steps=settings.worker_steps,
             scale_sizes=settings.scale.in_round(settings.rounds, index),
         )
