@@ -1,7 +1,7 @@
-"""What the benchmark measures: the table's metrics, the issue's targets, and the cases.
+"""What the benchmark measures: the cases, and what one round gives them to measure.
 
 A case is the unit of interleaving — one measurement that yields samples of one or more
-metrics; a metric is one row of the table; a target is one line of the issue's checklist.
+metrics (the table's rows and the checklist's targets are in `checklist.py`).
 """
 
 from __future__ import annotations
@@ -10,73 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.bench import baselines, peers, processes, runtime, workers
-from tests.bench.report import Metric, Target
+from tests.bench import baselines, declarations, peers, processes, runtime, scaling, workers
+from tests.bench.checklist import HELP, IMPORT, OVERSHOOT, POSTGRES, PYTHON, REPLAY
+from tests.bench.scaling import Scale
 from tests.bench.workload import Scratch, Workload
-
-US = "µs/transition"
-REPLAY = "replay (decode + re-decide)"
-OVERSHOOT = "wall-clock overshoot"
-PYTHON = "startup: python -c pass"
-IMPORT = "startup: import fsm_agent"
-HELP = "startup: fsm-agent --help"
-PEAK_RSS = "peak RSS, long run"
-JOURNAL = "journal bytes/transition"
-
-METRICS = (
-    Metric("floor", US),
-    Metric("naive", US, ("floor",)),
-    Metric("fsm-agent", US, ("floor", "naive")),
-    Metric("fsm-agent inline", US, ("floor", "naive", "fsm-agent")),
-    Metric("floor FULL", US),
-    Metric("fsm-agent durable", US, ("floor FULL",)),
-    Metric(REPLAY, "events/s", fmt="{:,.0f}"),
-    Metric(OVERSHOOT, "ms past 200 ms"),
-    Metric(PYTHON, "ms"),
-    Metric(IMPORT, "ms", (PYTHON,)),
-    Metric(HELP, "ms", (PYTHON,)),
-    Metric(PEAK_RSS, "MiB"),
-    Metric("RSS after imports", "MiB"),
-    Metric(JOURNAL, "bytes", fmt="{:.0f}"),
-    Metric("LangGraph", "µs/step", ("fsm-agent",)),
-    Metric("Burr", "µs/step", ("fsm-agent",)),
-    *(
-        Metric(
-            workers.metric(backend, n),
-            "transitions/s",
-            () if n == 1 else (workers.metric(backend, 1),),
-            fmt="{:,.0f}",
-        )
-        for backend in ("sqlite", "postgres")
-        for n in workers.WORKER_COUNTS
-    ),
-)
-
-
-def _within(label: str, metric: str, baseline: str, bound: float) -> Target:
-    return Target(label, metric, "ratio", bound, baseline=baseline, fmt="{:.2f}x")
-
-
-def _ahead_of(peer: str) -> Target:
-    label = f"ahead of {peer} (its µs/step ÷ ours > 1)"
-    return Target(label, peer, "ratio", 1.0, at_most=False, baseline="fsm-agent", fmt="{:.2f}x")
-
-
-TARGETS = (
-    _within("fsm-agent <= 1.5 x naive", "fsm-agent", "naive", 1.5),
-    _within("stretch: fsm-agent <= 1.5 x floor", "fsm-agent", "floor", 1.5),
-    _within("fsm-agent durable <= 1.1 x floor FULL", "fsm-agent durable", "floor FULL", 1.1),
-    Target("replay >= 100,000 events/s", REPLAY, "median", 1e5, at_most=False, fmt="{:,.0f}/s"),
-    Target(
-        "wall-clock overshoot <= 50 ms (max of all runs)", OVERSHOOT, "max", 50, fmt="{:.1f} ms"
-    ),
-    Target("fsm-agent --help <= 300 ms", HELP, "median", 300, fmt="{:.0f} ms"),
-    Target("import fsm_agent <= 150 ms", IMPORT, "median", 150, fmt="{:.0f} ms"),
-    Target("peak RSS <= 40 MiB (long run, max)", PEAK_RSS, "max", 40, fmt="{:.1f} MiB"),
-    Target("journal <= 1 KiB per transition", JOURNAL, "median", 1024, fmt="{:.0f} B"),
-    _ahead_of("LangGraph"),
-    _ahead_of("Burr"),
-)
 
 
 @dataclass(frozen=True)
@@ -84,15 +21,18 @@ class Plan:
     """What one round measures, and with what."""
 
     workload: Workload
-    long: Workload
     overshoot_runs: int
     startup_repeats: int
     scratch: Scratch
     replay: runtime.ReplayJournal | None
-    #: runs a worker-scaling measurement submits (0: not measured this round)
+    #: one of the few rounds that measure the costly cases (queues, PostgreSQL)
+    sparse: bool = False
+    #: runs a worker-scaling measurement submits (0: none, as in the warm-up)
     worker_runs: int = 0
     #: model calls per run in the worker-scaling measurement
     worker_steps: int = workers.STEPS
+    #: the scaling sizes measured this round (each in a child process)
+    scale_sizes: tuple[int, ...] = ()
 
 
 Measured = dict[str, list[float]]
@@ -102,14 +42,32 @@ def _runnable() -> str | None:
     return None
 
 
+def _always(plan: Plan) -> bool:
+    return True
+
+
+def _sparse(plan: Plan) -> bool:
+    return plan.sparse
+
+
+def _queues_wanted(plan: Plan) -> bool:
+    return plan.sparse and plan.worker_runs > 0
+
+
 @dataclass(frozen=True)
 class Case:
     """A unit of interleaving: one measurement producing samples of one or more metrics."""
 
     name: str
-    metrics: tuple[str, ...]
+    metrics: tuple[str, ...] | Callable[[Scale], tuple[str, ...]]
     measure: Callable[[Plan], Measured]
     skip: Callable[[], str | None] = _runnable
+    #: whether a round's plan asks for this case (some are measured in a few rounds only)
+    wanted: Callable[[Plan], bool] = _always
+
+    def rows(self, scale: Scale) -> tuple[str, ...]:
+        """The metrics this case fills, for the run's scale."""
+        return self.metrics if isinstance(self.metrics, tuple) else self.metrics(scale)
 
 
 def _on_fresh_file(plan: Plan, name: str, fn: Callable[[Path], float]) -> Measured:
@@ -137,7 +95,7 @@ def _fsm_agent(plan: Plan) -> Measured:
 
 
 def _inline(plan: Plan) -> Measured:
-    value = runtime.per_transition(plan.workload, plan.scratch, "NORMAL", isolation="inline")
+    value = runtime.per_transition(plan.workload, plan.scratch, "NORMAL", inline=True)
     return {"fsm-agent inline": [value]}
 
 
@@ -159,12 +117,20 @@ def _startup(plan: Plan) -> Measured:
     return processes.startup(plan.scratch, plan.startup_repeats)
 
 
-def _long_run(plan: Plan) -> Measured:
-    return processes.long_run(plan.long, plan.scratch)
+def _postgres(plan: Plan) -> Measured:
+    return {POSTGRES: [runtime.per_transition_pg(plan.workload, plan.scratch)]}
 
 
-def _long_run_skip() -> str | None:
+def _scaling(plan: Plan) -> Measured:
+    return scaling.measure(plan.scale_sizes, plan.scratch)
+
+
+def _scaling_skip() -> str | None:
     return None if Path("/proc/self/status").exists() else "needs /proc (Linux)"
+
+
+def _declarations(plan: Plan) -> Measured:
+    return {declarations.METRIC: [declarations.copies(plan.scratch)]}
 
 
 def _queue_sqlite(plan: Plan) -> Measured:
@@ -183,12 +149,11 @@ def _burr(plan: Plan) -> Measured:
     return {"Burr": [peers.burr(plan.workload, plan.scratch)]}
 
 
-def _scaling(backend: str) -> tuple[str, ...]:
+def _queues(backend: str) -> tuple[str, ...]:
     return tuple(workers.metric(backend, n) for n in workers.WORKER_COUNTS)
 
 
 STARTUP = (PYTHON, IMPORT, HELP)
-LONG_RUN = (PEAK_RSS, "RSS after imports", JOURNAL)
 CASES = (
     Case("floor", ("floor",), _floor),
     Case("naive", ("naive",), _naive),
@@ -196,14 +161,16 @@ CASES = (
     Case("fsm-agent-inline", ("fsm-agent inline",), _inline),
     Case("floor-full", ("floor FULL",), _floor_full),
     Case("fsm-agent-durable", ("fsm-agent durable",), _durable),
+    Case("fsm-agent-postgres", (POSTGRES,), _postgres, workers.pg_missing, wanted=_sparse),
     Case("replay", (REPLAY,), _replay),
-    Case("overshoot", (OVERSHOOT,), _overshoot),
+    Case("overshoot", (OVERSHOOT,), _overshoot, wanted=lambda plan: plan.overshoot_runs > 0),
     Case("startup", STARTUP, _startup),
-    Case("long-run", LONG_RUN, _long_run, _long_run_skip),
+    Case("scaling", lambda scale: scaling.metric_names(scale.sizes), _scaling, _scaling_skip,
+         wanted=lambda plan: bool(plan.scale_sizes)),
+    Case("declarations", (declarations.METRIC,), _declarations),
     Case("langgraph", ("LangGraph",), _langgraph, peers.langgraph_missing),
     Case("burr", ("Burr",), _burr, peers.burr_missing),
-    Case("queue-sqlite", _scaling("sqlite"), _queue_sqlite),
-    Case("queue-postgres", _scaling("postgres"), _queue_postgres, workers.pg_missing),
-)
-#: The cases measured only in the rounds whose plan has `worker_runs`.
-WORKER_CASES = ("queue-sqlite", "queue-postgres")
+    Case("queue-sqlite", _queues("sqlite"), _queue_sqlite, wanted=_queues_wanted),
+    Case("queue-postgres", _queues("postgres"), _queue_postgres, workers.pg_missing,
+         wanted=_queues_wanted),
+)  # fmt: skip

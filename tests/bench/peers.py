@@ -7,11 +7,24 @@ default durability):
 
 - LangGraph: `StateGraph` compiled with `SqliteSaver` (`langgraph-checkpoint-sqlite`),
   invoked with `durability="sync"` (each checkpoint is written before the next step).
-- Burr: `ApplicationBuilder` with `SQLitePersister` on a WAL connection (one INSERT and
-  COMMIT per step), plus a terminal `done` action to halt after.
+- Burr: `ApplicationBuilder` with `SQLitePersister` on our WAL + NORMAL connection, plus a
+  terminal `done` action to halt after. Its persister writes one row (the state as JSON)
+  and commits after every action; the case checks it after each run — the connection is
+  still WAL + NORMAL, the file holds one committed row per action executed, and
+  `commit()` was called once per row — and fails the benchmark otherwise.
 
-The figure is µs per step (one node or action executed); opening the file, building the
-application and closing are timed, as for every other case.
+The figure is µs per step, opening the file, building the application and closing
+included, as for every other case. How a Burr step pairs with one of our journaled
+transitions: each of the loop's three actions does what one transition of ours does
+between two journal writes (drafting asks the stub model for its proposal, tool_pending
+runs the stub tool, awaiting_receipts checks the receipts and the goal), then Burr picks
+the next action from a condition, as our guards pick the transition, and persists one row
+with its own commit, as we journal one event. A run of N transitions is N + 1 Burr actions
+(the terminal `done` included) writing N + 1 rows; ours journals N + 1 events (the
+`started` event included). Both divide the elapsed time by those N + 1 rows, so "µs per
+step" and "µs per journaled transition" are the same quantity. What Burr does not do per
+step, and we do: a hash chain, guard and check results journaled, budgets, and a wall
+clock on every model and tool call (it calls them in the caller's thread).
 """
 
 from __future__ import annotations
@@ -22,11 +35,12 @@ import importlib.util
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 from tests.bench.workload import Scratch, Workload, goal_reached
 
 SKIPPED = "skipped (pip install '.[bench]')"
+C = TypeVar("C", bound=sqlite3.Connection)
 
 
 class LoopState(TypedDict):
@@ -57,8 +71,9 @@ def burr_missing() -> str | None:
     return missing("burr", "burr.core.persistence")
 
 
-def _wal(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, check_same_thread=False)
+def _wal(path: Path, factory: type[C]) -> C:
+    """A connection of class `factory` to `path` in WAL mode with synchronous=NORMAL."""
+    conn = sqlite3.connect(path, check_same_thread=False, factory=factory)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     return conn
@@ -115,7 +130,7 @@ def langgraph(workload: Workload, scratch: Scratch) -> float:
     }
     gc.collect()
     start = time.perf_counter()
-    conn = _wal(db)
+    conn = _wal(db, sqlite3.Connection)
     graph = builder.compile(checkpointer=SqliteSaver(conn))
     final = graph.invoke(initial, config=config, durability="sync")
     conn.close()
@@ -160,6 +175,31 @@ def _burr_actions(steps: int) -> dict[str, Any]:
     }
 
 
+class _CountingConnection(sqlite3.Connection):
+    """A sqlite3 connection that counts its `commit()` calls (to check Burr's persister)."""
+
+    commits = 0
+
+    def commit(self) -> None:
+        self.commits += 1
+        super().commit()
+
+
+def _burr_check(db: Path, synchronous: int, commits: int, actions: int) -> None:
+    """Burr persisted each action with its own commit, on a WAL + NORMAL connection."""
+    reader = sqlite3.connect(db)  # a second connection sees only what was committed
+    try:
+        mode = reader.execute("PRAGMA journal_mode").fetchone()[0]  # WAL is kept in the file
+        rows = reader.execute("SELECT count(*) FROM burr_state").fetchone()[0]
+    finally:
+        reader.close()
+    if (mode, synchronous, rows, commits) != ("wal", 1, actions, actions):
+        raise RuntimeError(
+            f"Burr's persister: journal_mode {mode}, synchronous {synchronous}, "
+            f"{rows} rows and {commits} commits for {actions} actions"
+        )
+
+
 def burr(workload: Workload, scratch: Scratch) -> float:
     """µs per step of the loop on Burr with its SQLite persister on a WAL connection."""
     from burr.core import ApplicationBuilder, default, when
@@ -169,9 +209,10 @@ def burr(workload: Workload, scratch: Scratch) -> float:
     db = scratch.fresh("burr.db")
     gc.collect()
     start = time.perf_counter()
-    conn = _wal(db)
-    persister = SQLitePersister(db_path=str(db), connection=conn)
+    conn = _wal(db, _CountingConnection)
+    persister = SQLitePersister(db_path=str(db), connection=conn, table_name="burr_state")
     persister.initialize()  # type: ignore[no-untyped-call]
+    conn.commits = 0
     # Burr's builder and `when` are untyped: hold them as Any.
     builder: Any = ApplicationBuilder()  # type: ignore[no-untyped-call]
     goal: Any = when(done=True)  # type: ignore[no-untyped-call]
@@ -190,9 +231,15 @@ def burr(workload: Workload, scratch: Scratch) -> float:
         .build()
     )
     _, _, final = app.run(halt_after=["done"])
+    synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]  # 1 = NORMAL
+    commits = conn.commits
     conn.close()
     elapsed = time.perf_counter() - start
-    scratch.discard(db)
+    steps = workload.transitions + 1  # the loop's actions and the terminal `done`
+    try:
+        _burr_check(db, synchronous, commits, steps)
+    finally:
+        scratch.discard(db)
     if final["step"] != workload.steps or not final["done"]:
         raise RuntimeError(f"Burr loop ended at step {final['step']}, done={final['done']}")
-    return elapsed * 1e6 / (workload.transitions + 1)
+    return elapsed * 1e6 / steps

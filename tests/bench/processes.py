@@ -1,4 +1,5 @@
-"""Cases that need a fresh process: startup time, and peak memory of a long run.
+"""Startup: the time from spawn to exit of fresh processes (the bare interpreter, the import,
+the CLI). The scaling rows run in fresh processes too (`scaling.py`, `child.py`).
 
 Commands run with this interpreter (`sys.executable`) and the `fsm-agent` script installed
 beside it; their output is discarded and a non-zero exit fails the benchmark.
@@ -6,14 +7,13 @@ beside it; their output is discarded and a non-zero exit fails the benchmark.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.bench.workload import Scratch, Workload
+from tests.bench.workload import Scratch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KIB = 1024
@@ -51,22 +51,3 @@ def startup(scratch: Scratch, repeats: int) -> dict[str, list[float]]:
         for name, command in commands.items():
             samples[name].append(_wall_ms(command, scratch.root))
     return samples
-
-
-def long_run(workload: Workload, scratch: Scratch) -> dict[str, list[float]]:
-    """Peak RSS (MiB) and journal bytes per transition of one long run in a child process."""
-    db, record = scratch.fresh("rss.db"), scratch.fresh("rss.json")
-    command = [
-        sys.executable, "-m", "tests.bench.child",
-        "--transitions", str(workload.transitions), "--db", str(db), "--record", str(record),
-    ]  # fmt: skip
-    out = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
-    scratch.discard(db, record)
-    if out.returncode != 0:
-        raise RuntimeError(f"the long-run child exited {out.returncode}:\n{out.stderr[-2000:]}")
-    data = json.loads(out.stdout)
-    return {
-        "peak RSS, long run": [data["rss_peak_kib"] / KIB],
-        "RSS after imports": [data["rss_import_kib"] / KIB],
-        "journal bytes/transition": [data["journal_bytes"] / data["events"]],
-    }

@@ -133,16 +133,26 @@ def render_table(table: dict[str, Samples]) -> str:
 
 # --- targets --------------------------------------------------------------------------------
 
+#: How a target's figure is judged: at most / at least / exactly the bound, or only reported.
+Direction = Literal["at_most", "at_least", "equal", "report"]
+Verdict = Literal["met", "missed", "reported", "not measured"]
+_SIGN = {"at_most": "<=", "at_least": ">=", "equal": "=", "report": ""}
+
 
 @dataclass(frozen=True)
 class Target:
-    """One line of the issue's checklist: a statistic of a metric against a bound."""
+    """One line of the issue's checklist: a statistic of a metric against a bound.
+
+    `stat` "ratio" is the median of the per-round ratios metric / `baseline`; "median" and
+    "max" are over every sample of the metric. A "report" target has no bound: its figure
+    is stated, never judged.
+    """
 
     label: str
     metric: str
     stat: Stat
     bound: float
-    at_most: bool = True
+    direction: Direction = "at_most"
     baseline: str | None = None
     fmt: str = "{:.1f}"
 
@@ -159,21 +169,50 @@ class Target:
             return None
         return s.median if self.stat == "median" else s.maximum
 
-    def verdict(self, table: dict[str, Samples]) -> tuple[str, float | None]:
+    def judge(self, value: float) -> Verdict:
+        """The verdict on a figure."""
+        if self.direction == "report":
+            return "reported"
+        if self.direction == "at_most":
+            ok = value <= self.bound
+        elif self.direction == "at_least":
+            ok = value >= self.bound
+        else:
+            ok = value == self.bound
+        return "met" if ok else "missed"
+
+    def verdict(self, table: dict[str, Samples]) -> tuple[Verdict, float | None]:
         value = self.figure(table)
         if value is None:
             return "not measured", None
-        ok = value <= self.bound if self.at_most else value > self.bound
-        return ("met" if ok else "missed"), value
+        return self.judge(value), value
+
+    @property
+    def wanted(self) -> str:
+        """The bound as text (`<= 2.00x`), empty for a report."""
+        if self.direction == "report":
+            return ""
+        return f"{_SIGN[self.direction]} {self.fmt.format(self.bound)}"
+
+
+def _why_not(target: Target, table: dict[str, Samples]) -> str:
+    """Why a target's figure is missing: its metric's or its baseline's skip note."""
+    for name in (target.metric, target.baseline):
+        samples = table.get(name or "")
+        if samples is not None and samples.skipped:
+            return f" ({name}: {samples.skipped})"
+    return ""
 
 
 def render_targets(targets: Sequence[Target], table: dict[str, Samples]) -> str:
+    """One line per target: mark, what is measured, the bound, the verdict, the figure."""
     lines = []
     for t in targets:
         verdict, value = t.verdict(table)
-        mark = {"met": "[x]", "missed": "[ ]"}.get(verdict, "[-]")
-        figure = "" if value is None else t.fmt.format(value)
-        lines.append(f"{mark} {t.label}: {verdict}{', ' + figure if figure else ''}")
+        mark = {"met": "[x]", "missed": "[ ]", "reported": "[i]"}.get(verdict, "[-]")
+        wanted = f" {t.wanted}" if t.wanted else ""
+        figure = _why_not(t, table) if value is None else f", {t.fmt.format(value)}"
+        lines.append(f"{mark} {t.label}{wanted}: {verdict}{figure}")
     return "\n".join(lines)
 
 
@@ -205,7 +244,11 @@ def to_json(
     checklist: list[dict[str, Any]] = []
     for t in targets:
         verdict, value = t.verdict(table)
-        checklist.append({"target": t.label, "verdict": verdict, "figure": value})
+        checklist.append({
+            "target": t.label, "metric": t.metric, "stat": t.stat, "baseline": t.baseline,
+            "direction": t.direction, "bound": None if t.direction == "report" else t.bound,
+            "verdict": verdict, "figure": value,
+        })  # fmt: skip
     return {
         **header,
         "metrics": {name: _metric_json(s, table) for name, s in table.items()},

@@ -1,37 +1,46 @@
-"""The fsm-agent benchmark (issue 3): the runtime against its floor and its peers, one run.
+"""The fsm-agent benchmark: the runtime against its floor and its peers, one run.
 
 From the repository root, with the project installed (`pip install -e '.[test]'`; add
 `'.[bench]'` for the peers):
 
-    python -m tests.bench.run            # full run: N=2,000, 15 rounds, 3-4 minutes
-    python -m tests.bench.run --smoke    # tiny N, 1 round, a few seconds (CI)
+    python -m tests.bench.run            # full run: N=2,000, 15 rounds, about 5 minutes
+    python -m tests.bench.run --smoke    # tiny sizes, 1 round, seconds (CI)
 
-Options: `--n N` transitions a run, `--rounds R`, `--long N` transitions of the long run
-(replay read-back and peak RSS; default 10,000), `--overshoot-runs K` (default 20, spread
-over the rounds), `--case NAME` (repeatable; only these cases), `--workdir DIR` (where the
-fresh journal files go; default the system temp dir — put it on a real disk, since fsync on
-tmpfs costs nothing) and `--json PATH` (default `<tempdir>/fsm-agent-bench/results.json`,
-`results-smoke.json` with `--smoke`; outside the repository so a run never dirties it).
+Options: `--n N` transitions a run, `--rounds R`, `--long N` transitions of the replay
+journal (default 10,000), `--sizes A,B,…` the scaling sizes (default
+100,1000,10000,100000), `--overshoot-runs K` (default 20, spread over the rounds), `--case
+NAME` (repeatable; only these cases), `--workdir DIR` (where the fresh journal files go;
+default the system temp dir — put it on a real disk, since fsync on tmpfs costs nothing)
+and `--json PATH` (default `<tempdir>/fsm-agent-bench/results.json`, `results-smoke.json`
+with `--smoke`; outside the repository so a run never dirties it).
 
 The cases (all on the agent loop of `workload.py`, a fresh WAL journal file a run):
 `floor` and `floor-full` (raw sqlite3 INSERT + COMMIT per event, synchronous NORMAL /
-FULL); `naive` (`transitions.Machine` + the same insert); `fsm-agent` and
-`fsm-agent-durable` (`fsm_agent.run` on `agent_loop`, store NORMAL / FULL; µs = elapsed /
-events in the journal, halt record included); `replay` (`SqliteStore.events` of the long
-run); `overshoot` (a hung tool under a 200 ms wall clock); `startup` (fresh processes);
-`long-run` (peak RSS and journal bytes, in a child process); the peers `langgraph` and
-`burr` (µs per step; skipped unless the `bench` extra is installed); `queue-sqlite` and
-`queue-postgres` (aggregate transitions per second of 1, 2 and 4 `fsm-agent worker`
-processes on one journal, measured in 5 of the rounds; PostgreSQL only with a DSN in
-FSM_AGENT_BENCH_PG or FSM_AGENT_TEST_PG; see `workers.py`).
+FULL); `naive` (`transitions.Machine` + the same insert); `fsm-agent`, `fsm-agent-inline`
+and `fsm-agent-durable` (`fsm_agent.run` on `agent_loop`, store NORMAL / FULL; µs =
+elapsed / events in the journal); `fsm-agent-postgres` (the same on the PostgreSQL store,
+one process); `replay` (`SqliteStore.events` + `replay_events` of the replay journal);
+`overshoot` (a hung tool under a 200 ms wall clock); `startup` (fresh processes);
+`scaling` (one run of each size in a child process: µs per transition, peak RSS, journal
+bytes per transition; see `scaling.py`); `declarations` (how many times a journal stores
+one declaration after 5 runs of it; see `declarations.py`); the peers `langgraph` and
+`burr` (µs per step; skipped unless the `bench` extra is installed; see `peers.py` for
+how a Burr step pairs with one of our transitions); `queue-sqlite` and `queue-postgres`
+(aggregate transitions per second of 1, 2 and 4 `fsm-agent worker` processes on one
+journal; see `workers.py`). The PostgreSQL cases need a DSN in FSM_AGENT_BENCH_PG or
+FSM_AGENT_TEST_PG.
 
 Every case runs in this one process, interleaved round by round — forward on even rounds,
 backward on odd ones (A B … B A), after a warm-up round at small sizes whose figures are
-discarded. The table shows medians, the max, the spread (max/min) and ratios against the
-baselines measured in the same run, paired by round; then the issue's targets as a
-checklist. Absolute times on a shared machine are noise; the ratios are the result. The
-exit status is 0 whatever the figures (a missed target is not a failure); non-zero only if
-a case could not run or ended wrongly.
+discarded (the warm-up runs no queue and no scaling case: those start fresh processes). A
+few cases cost seconds a sample and are measured in fewer rounds, spread evenly over the
+run: the scaling runs of 10,000 transitions in 5 rounds and of 100,000 in 3 (sizes up to
+1,000 in every round), the queue and PostgreSQL cases in 5. The table shows medians, the
+max, the spread (max/min) and ratios against the baselines measured in the same run,
+paired by round; then the targets as a checklist (`checklist.py`), each with its figure
+and its bound. Absolute times on a shared machine are noise; the ratios are the result.
+The exit status is 0 whatever the figures (a missed target is not a failure); non-zero
+only if a case could not run or ended wrongly.
 """
 
 from __future__ import annotations
@@ -48,13 +57,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tests.bench import processes, runtime
-from tests.bench.cases import CASES, METRICS, TARGETS, WORKER_CASES, Case, Measured, Plan
+from tests.bench import checklist, processes, runtime, scaling
+from tests.bench.cases import CASES, Case, Measured, Plan
 from tests.bench.report import Samples, render_table, render_targets, to_json
+from tests.bench.scaling import Scale
 from tests.bench.workload import Scratch, Workload, filesystem_of
 
 
@@ -66,11 +76,14 @@ class Settings:
     overshoot_runs: int
     startup_repeats: int
     smoke: bool
-    #: worker scaling: runs submitted per measurement, model calls per run, and in how many
-    #: of the rounds it is measured (spread evenly; each costs seconds of process start-up)
+    #: the scaling rows: sizes, in how many rounds each, and the size compared with
+    scale: Scale = field(default_factory=lambda: Scale.of(scaling.SIZES))
+    #: worker scaling: runs submitted per measurement, model calls per run
     worker_runs: int = 80
     worker_steps: int = 10
-    worker_rounds: int = 5
+    #: in how many of the rounds (spread evenly) the costly cases are measured: the queue
+    #: cases (seconds of process start-up each) and the PostgreSQL store (ms a transition)
+    sparse_rounds: int = 5
 
 
 FULL = Settings(
@@ -78,7 +91,7 @@ FULL = Settings(
 )
 SMOKE = Settings(
     transitions=60, rounds=1, long=300, overshoot_runs=2, startup_repeats=1, smoke=True,
-    worker_runs=8, worker_steps=2, worker_rounds=1,
+    scale=Scale.of((30, 100, 300)), worker_runs=8, worker_steps=2, sparse_rounds=1,
 )  # fmt: skip
 
 
@@ -98,9 +111,7 @@ def _run_round(cases: Sequence[Case], plan: Plan, label: str) -> Measured:
     _note(f"{label}:", end="")
     measured: Measured = {}
     for case in cases:
-        if plan.overshoot_runs == 0 and case.name == "overshoot":
-            continue
-        if plan.worker_runs == 0 and case.name in WORKER_CASES:
+        if not case.wanted(plan):
             continue
         _note(f" {case.name}", end="")
         for metric, values in case.measure(plan).items():
@@ -109,40 +120,46 @@ def _run_round(cases: Sequence[Case], plan: Plan, label: str) -> Measured:
     return measured
 
 
-def measure_all(cases: Sequence[Case], settings: Settings, scratch: Scratch) -> dict[str, Samples]:
-    """Warm up, then run every case once per round, alternating the order."""
-    selected = {metric for case in cases for metric in case.metrics}
+def _table(
+    cases: Sequence[Case], settings: Settings, skipped: dict[str, str | None]
+) -> dict[str, Samples]:
+    """An empty table of the rows the cases fill, each skipped one with its reason."""
+    selected = {metric for case in cases for metric in case.rows(settings.scale)}
     table = {
         m.name: Samples(m, [[] for _ in range(settings.rounds)])
-        for m in METRICS
+        for m in checklist.metrics(settings.scale)
         if m.name in selected
     }
-    runnable = []
     for case in cases:
-        reason = case.skip()
-        if reason is None:
-            runnable.append(case)
-        for metric in case.metrics:
-            table[metric].skipped = reason
+        for metric in case.rows(settings.scale):
+            table[metric].skipped = skipped[case.name]
+    return table
+
+
+def measure_all(cases: Sequence[Case], settings: Settings, scratch: Scratch) -> dict[str, Samples]:
+    """Warm up, then run every case once per round, alternating the order."""
+    skipped = {case.name: case.skip() for case in cases}
+    table = _table(cases, settings, skipped)
+    runnable = [case for case in cases if skipped[case.name] is None]
     replay = None
     if any(c.name == "replay" for c in runnable):
         _note(f"preparing the replay journal ({settings.long:,} transitions) ...")
         replay = runtime.make_replay_journal(Workload.of(settings.long), scratch)
     small = Workload.of(min(settings.transitions, 300))
-    warm = Plan(small, Workload.of(min(settings.long, 300)), 1, 1, scratch, replay)
+    warm = Plan(small, 1, 1, scratch, replay, sparse=True, worker_runs=0)
     _run_round(runnable, warm, "warm-up")
-    every = max(1, settings.rounds // max(1, settings.worker_rounds))
     for index in range(settings.rounds):
-        scaling = index % every == 0 and index // every < settings.worker_rounds
+        sparse = scaling.spread(index, settings.rounds, settings.sparse_rounds)
         plan = Plan(
             workload=Workload.of(settings.transitions),
-            long=Workload.of(settings.long),
             overshoot_runs=_share(settings.overshoot_runs, settings.rounds, index),
             startup_repeats=settings.startup_repeats,
             scratch=scratch,
             replay=replay,
-            worker_runs=settings.worker_runs if scaling else 0,
+            sparse=sparse,
+            worker_runs=settings.worker_runs,
             worker_steps=settings.worker_steps,
+            scale_sizes=settings.scale.in_round(settings.rounds, index),
         )
         order = runnable if index % 2 == 0 else runnable[::-1]
         measured = _run_round(order, plan, f"round {index + 1}/{settings.rounds}")
@@ -181,10 +198,10 @@ def checkout() -> dict[str, Any]:
 def header(settings: Settings, scratch: Scratch) -> dict[str, Any]:
     dists = (
         "fsm-agent", "transitions", "attrs", "cattrs", "sqlite-utils",
-        "langgraph", "langgraph-checkpoint-sqlite", "burr", "apache-burr",
+        "psycopg", "langgraph", "langgraph-checkpoint-sqlite", "burr", "apache-burr",
     )  # fmt: skip
     return {
-        "format": "fsm-agent/bench/1",
+        "format": "fsm-agent/bench/2",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {
             "platform": platform.platform(),
@@ -203,6 +220,7 @@ def header(settings: Settings, scratch: Scratch) -> dict[str, Any]:
             "transitions": Workload.of(settings.transitions).transitions,
             "events": Workload.of(settings.transitions).events,
             "long_transitions": Workload.of(settings.long).transitions,
+            "scale_transitions": [Workload.of(s).transitions for s in settings.scale.sizes],
         },
     }
 
@@ -210,14 +228,31 @@ def header(settings: Settings, scratch: Scratch) -> dict[str, Any]:
 # --- command line ---------------------------------------------------------------------------
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(sorted({int(part) for part in text.split(",")}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of sizes: {text!r}") from None
+    if not sizes or sizes[0] < 1:
+        raise argparse.ArgumentTypeError("sizes are whole numbers of transitions, at least 1")
+    return sizes
+
+
 def parse_args(argv: Sequence[str] | None) -> tuple[Settings, list[Case], Path, str | None]:
     parser = argparse.ArgumentParser(
         prog="python -m tests.bench.run", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--smoke", action="store_true", help="tiny N, 1 round (CI)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round (CI)")
     parser.add_argument("--n", type=int, help="transitions a run (default 2000)")
     parser.add_argument("--rounds", type=int, help="measured rounds (default 15)")
-    parser.add_argument("--long", type=int, help="transitions of the long run (default 10000)")
+    parser.add_argument(
+        "--long", type=int, help="transitions of the replay journal (default 10000)"
+    )
+    parser.add_argument(
+        "--sizes",
+        type=_sizes,
+        help="scaling sizes, comma-separated (default 100,1000,10000,100000)",
+    )
     parser.add_argument("--overshoot-runs", type=int, help="overshoot runs in all (default 20)")
     parser.add_argument(
         "--case",
@@ -237,12 +272,23 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, list[Case], Path, 
         "overshoot_runs": opts.overshoot_runs,
     }
     settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+    if opts.sizes is not None:
+        settings = replace(settings, scale=Scale.of(opts.sizes))
     if min(settings.transitions, settings.rounds, settings.long) < 1:
         parser.error("--n, --rounds and --long must be at least 1")
     cases = [c for c in CASES if opts.case is None or c.name in opts.case]
     name = "results-smoke.json" if settings.smoke else "results.json"
     default = Path(tempfile.gettempdir()) / "fsm-agent-bench" / name
     return settings, cases, opts.json or default, opts.workdir
+
+
+def _scale_text(settings: Settings) -> str:
+    """`100 (15) / 1,000 (15) / 10,000 (5) / 100,000 (3) transitions (rounds)`."""
+    parts = []
+    for size, times in zip(settings.scale.sizes, settings.scale.times, strict=True):
+        n = settings.rounds if times is None else min(times, settings.rounds)
+        parts.append(f"{size:,} ({n})")
+    return " / ".join(parts) + " transitions (rounds)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -262,19 +308,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"fsm-agent bench{' (smoke: figures not meaningful)' if settings.smoke else ''} "
         f"at {repo['commit'] or 'unknown commit'}{dirty}: "
         f"{work['transitions']:,} transitions a run, {settings.rounds} round(s) after a "
-        f"warm-up, long run {work['long_transitions']:,}; python {machine['python']}, "
-        f"sqlite {machine['sqlite']}, {machine['cpus']} cpus, journals on "
-        f"{machine['workdir_filesystem']}; {info['seconds']} s"
+        f"warm-up, replay journal {work['long_transitions']:,}, scaling "
+        f"{_scale_text(settings)}; python {machine['python']}, sqlite {machine['sqlite']}, "
+        f"{machine['cpus']} cpus, journals on {machine['workdir_filesystem']}; "
+        f"{info['seconds']} s"
     )
     print()
     print(render_table(table))
     print()
     print("targets (ratios from this run):")
-    print(render_targets(TARGETS, table))
+    targets = checklist.targets(settings.scale)
+    print(render_targets(targets, table))
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(
-        json.dumps(to_json(table, TARGETS, info), indent=2, ensure_ascii=False) + "\n", "utf-8"
-    )
+    results = to_json(table, targets, info)
+    json_path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", "utf-8")
     print(f"\nresults: {json_path}")
     return 0
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 import gc
-import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from fsm_agent import (
     MachineSpec,
     Prompt,
     Receipt,
+    Store,
     Tool,
     ToolError,
     ToolRegistry,
@@ -32,8 +33,10 @@ from fsm_agent import (
 )
 from fsm_agent.deadline import Isolation
 from fsm_agent.replay import replay_events
+from stores import open_store
 from stores.sqlite import SqliteStore
 from stores.sqlite_open import Synchronous
+from tests.bench import workers
 from tests.bench.workload import TOOL, Scratch, Workload
 
 TASK = "look up every row, then report the receipted one"
@@ -48,19 +51,25 @@ def agent_loop() -> MachineSpec:
 
 
 class StubModel:
-    """Proposes the workload's tool call on every step, at once."""
+    """Proposes the workload's tool call on every step, at once. No `isolation` attribute:
+    the runtime's default applies (what the `fsm-agent` case measures)."""
 
-    def __init__(self, workload: Workload, isolation: Isolation = "thread") -> None:
+    def __init__(self, workload: Workload) -> None:
         self.workload = workload
-        self.isolation = isolation
 
     def __call__(self, prompt: Prompt) -> dict[str, Any]:
         return self.workload.reply(prompt.step)
 
 
-def stub_tools(workload: Workload, isolation: Isolation = "thread") -> ToolRegistry:
+class InlineStubModel(StubModel):
+    """The same, called in the worker's thread (`isolation="inline"`)."""
+
+    isolation: Isolation = "inline"
+
+
+def stub_tools(workload: Workload, isolation: Isolation | None = None) -> ToolRegistry:
     """The workload's tool (a read) as a registry: returns at once; the last result is
-    receipted."""
+    receipted. `isolation` None: the runtime's default."""
 
     def lookup(step: int) -> ToolResult:
         data = workload.result(step)
@@ -70,7 +79,9 @@ def stub_tools(workload: Workload, isolation: Isolation = "thread") -> ToolRegis
             final=data["final"],
         )
 
-    return ToolRegistry((Tool(name=TOOL, fn=lookup, isolation=isolation, side_effect=False),))
+    if isolation is None:
+        return ToolRegistry((Tool(name=TOOL, fn=lookup, side_effect=False),))
+    return ToolRegistry((Tool(name=TOOL, fn=lookup, side_effect=False, isolation=isolation),))
 
 
 def budgets_for(workload: Workload) -> dict[str, int]:
@@ -82,13 +93,14 @@ def budgets_for(workload: Workload) -> dict[str, int]:
     }
 
 
-def count_events(path: Path, run_id: str) -> int:
-    conn = sqlite3.connect(path)
+def count_events(location: Path | str, run_id: str) -> int:
+    """Events the journal holds for the run, through the store's API (one row read: the
+    run's sequence numbers count from 0 with no gap, the chain sees to that)."""
+    store = open_store(location, read_only=True)
     try:
-        row = conn.execute("SELECT count(*) FROM events WHERE run_id = ?", (run_id,)).fetchone()
+        return store.last_event(run_id).seq + 1
     finally:
-        conn.close()
-    return int(row[0])
+        store.close()
 
 
 def _expect(record: HaltRecord, reason: str, what: str) -> None:
@@ -98,28 +110,29 @@ def _expect(record: HaltRecord, reason: str, what: str) -> None:
         )
 
 
+#: Where a run journals: a SQLite file's path (the runtime opens and closes the store), or
+#: a function opening a store (called, and the store closed, inside the timing).
+Journal = Path | Callable[[], Store]
+
+
 def run_loop(
-    workload: Workload,
-    db: Path,
-    record_path: Path,
-    synchronous: Synchronous = "NORMAL",
-    isolation: Isolation = "thread",
+    workload: Workload, journal: Journal, record_path: Path, inline: bool = False
 ) -> tuple[HaltRecord, float]:
     """One complete run of the loop; returns its record and its elapsed seconds.
 
-    NORMAL passes the journal path (the runtime opens and closes the store); FULL passes a
-    `SqliteStore(path, synchronous="FULL")` opened and closed inside the timing. With
-    isolation="inline" the stub model and tool run in the worker's thread (no hand-off).
+    The stub model and tool run with the runtime's default isolation, or with `inline`
+    in the worker's thread (no hand-off).
     """
-    model, tools = StubModel(workload, isolation), stub_tools(workload, isolation)
+    model = InlineStubModel(workload) if inline else StubModel(workload)
+    tools = stub_tools(workload, "inline" if inline else None)
     spec = agent_loop()
     options: dict[str, Any] = {"budgets": budgets_for(workload), "record_path": record_path}
     gc.collect()
     start = time.perf_counter()
-    if synchronous == "NORMAL":
-        record = run(spec, task=TASK, model=model, tools=tools, store=db, **options)
+    if isinstance(journal, Path):
+        record = run(spec, task=TASK, model=model, tools=tools, store=journal, **options)
     else:
-        store = SqliteStore(db, synchronous=synchronous)
+        store = journal()
         try:
             record = run(spec, task=TASK, model=model, tools=tools, store=store, **options)
         finally:
@@ -129,17 +142,36 @@ def run_loop(
     return record, elapsed
 
 
+def sqlite_journal(db: Path, synchronous: Synchronous) -> Journal:
+    """NORMAL (the default) passes the path; FULL opens `SqliteStore(db, synchronous=…)`."""
+    if synchronous == "NORMAL":
+        return db
+    return functools.partial(SqliteStore, db, synchronous=synchronous)
+
+
 def per_transition(
     workload: Workload,
     scratch: Scratch,
     synchronous: Synchronous,
-    isolation: Isolation = "thread",
+    inline: bool = False,
 ) -> float:
     """µs per journaled transition: elapsed / the number of events in the journal."""
     db, record_path = scratch.fresh("fsm-agent.db"), scratch.fresh("record.json")
-    record, elapsed = run_loop(workload, db, record_path, synchronous, isolation)
+    journal = sqlite_journal(db, synchronous)
+    record, elapsed = run_loop(workload, journal, record_path, inline)
     events = count_events(db, record.run_id)
     scratch.discard(db, record_path)
+    return elapsed * 1e6 / events
+
+
+def per_transition_pg(workload: Workload, scratch: Scratch) -> float:
+    """µs per journaled transition on the PostgreSQL store (a fresh schema), one process:
+    the same run as `per_transition`, the store opened and closed inside the timing."""
+    record_path = scratch.fresh("pg-record.json")
+    with workers.pg_journal(scratch) as dsn:
+        record, elapsed = run_loop(workload, functools.partial(open_store, dsn), record_path)
+        events = count_events(dsn, record.run_id)
+    scratch.discard(record_path)
     return elapsed * 1e6 / events
 
 
