@@ -55,7 +55,9 @@ class Prompt:
     step: int
     max_steps: int
     tools: tuple[str, ...]
-    history: tuple[dict[str, Any], ...] = ()
+    #: the run's notes so far, oldest first: a read-only sequence (a `HistoryView` in a run;
+    #: each read gives a fresh copy, and later notes never appear in this prompt's)
+    history: Sequence[dict[str, Any]] = ()
     #: the run's wall clock left when the call starts (None outside a run); an adapter that
     #: does I/O sets its own timeouts under it
     time_left_s: float | None = None
