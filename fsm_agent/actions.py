@@ -107,6 +107,7 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
         name="model",
     )
     content: Any = None
+    kept: Any = None
     cost = 0.0
     error = None
     secrets = ctx.secrets  # redacted before the run decides on the reply or journals it
@@ -116,7 +117,10 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
             content, cost = call.value.content, call.value.cost
             ctx.add_cost(cost)
         content = secrets.value(content)
-        proposal = parse_reply(content, step=step, max_steps=ctx.budgets.max_steps)
+        kept = jsonable(content)  # as journaled; the very value when it is plain JSON data
+        proposal = parse_reply(
+            content, step=step, max_steps=ctx.budgets.max_steps, plain=kept is content
+        )
         if isinstance(proposal, Rejection) and secrets:
             proposal = attrs.evolve(proposal, detail=secrets.text(proposal.detail))
     elif call.status == "timeout":
@@ -127,6 +131,7 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
         content, cost = fault.raw, fault.cost
         if secrets and fault.raw_full is not None:  # redacted whole, then cut
             content = clip(secrets.text(fault.raw_full))
+        kept = jsonable(content)
         ctx.add_cost(cost)
         error = secrets.text(f"model call failed: {fault.kind}: {fault.detail}")
         proposal = Rejection(kind=fault.rejection, detail=error)
@@ -149,7 +154,7 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
     note = proposal_note(proposal)
     if note is not None:
         ctx.history.append(note)
-    facts = Facts(action="model", reply=secrets.value(jsonable(content)), reply_cost=float(cost),
+    facts = Facts(action="model", reply=secrets.value(kept), reply_cost=float(cost),
                   error=error, repaired=secrets.value(repaired))  # fmt: skip
     return _outcome_of(proposal), facts
 

@@ -107,11 +107,12 @@ class Supervisor:
             self._woken.clear()
             if self._done:
                 return True
-            call = self._call
-            if call is None or call.deadline is None:
-                self._wake_at = math.inf
+            call, now = self._call, time.monotonic()
+            if call is None or call.deadline is None:  # the last deadline stays, unless past
+                if self._wake_at <= now:
+                    self._wake_at = math.inf
                 return False
-            if call.deadline > time.monotonic():
+            if call.deadline > now:
                 self._wake_at = call.deadline
                 return False
             late = CallResult(status="timeout", elapsed_ms=_ms(call.begun), fate="abandoned")

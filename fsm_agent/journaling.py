@@ -8,6 +8,7 @@ journals, none of them declares how a second time.
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Callable
 
 from fsm_agent.halt import HaltReason
@@ -15,9 +16,20 @@ from fsm_agent.interrupts import InterruptGate
 from fsm_agent.journal import Event, EventKind, Facts, GuardResult, Store
 from fsm_agent.snapshot import Snapshot
 
+#: the last whole second formatted, and its text (swapped whole: threads may share it)
+_second: tuple[int, str] = (-1, "")
+
 
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+    """The time now in UTC, ISO 8601 to the millisecond (`2026-01-01T12:00:00.123+00:00`);
+    the date and time of day are formatted once a second."""
+    global _second
+    second, ms = divmod(int(time.time() * 1000), 1000)
+    cached = _second
+    if cached[0] != second:
+        moment = datetime.datetime.fromtimestamp(second, datetime.UTC)
+        cached = _second = (second, moment.strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{cached[1]}.{ms:03d}+00:00"
 
 
 class Journaling:

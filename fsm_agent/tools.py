@@ -70,15 +70,27 @@ class Tool:
 def argument_problem(tool: Tool, args: Mapping[str, Any]) -> str | None:
     """Why the tool cannot take `args` (a required argument missing, one it does not know),
     or None. Checked before the call: a call the tool's signature refuses is never made, so
-    the model can be asked again without a side effect to worry about."""
-    signature = _signature(tool.fn)
+    the model can be asked again without a side effect to worry about. Only the names of
+    the arguments count, so the verdict is kept per tool and set of names."""
+    names = tuple(args)
+    try:
+        return _cached_problem(tool.fn, tool.name, names)
+    except TypeError:  # an unhashable callable: not cached
+        return _problem(tool.fn, tool.name, names)
+
+
+def _problem(fn: Callable[..., Any], name: str, names: tuple[str, ...]) -> str | None:
+    signature = _signature(fn)
     if signature is None:
         return None
     try:
-        signature.bind(**args)
+        signature.bind(**dict.fromkeys(names))
     except TypeError as exc:
-        return f"{exc} (it takes {tool.name}({_parameters(signature)}))"
+        return f"{exc} (it takes {name}({_parameters(signature)}))"
     return None
+
+
+_cached_problem = functools.lru_cache(maxsize=4096)(_problem)
 
 
 def _parameters(signature: inspect.Signature) -> str:
