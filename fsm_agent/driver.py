@@ -79,8 +79,9 @@ class Supervisor:
             gate.held = False
             if gate.pending is not None:  # the run is over: raised again after it
                 gate.deferred, gate.pending = gate.deferred or gate.pending, None
-        if self._error is not None:
-            error, self._error = self._error, None
+        error = self._error or self._thrown  # a Ctrl-C no call was left to raise it at
+        self._error = self._thrown = None
+        if error is not None:
             raise error
         return self._value
 
@@ -200,6 +201,8 @@ class Supervisor:
             self._woken.set()
         result: CallResult | None = None
         raised: BaseException | None = None
+        if self._generation != generation:  # fenced before it began: never begun at all
+            return True, None, None
         try:
             result = run_call(call)
         except BaseException as exc:  # an inline call's real Ctrl-C: raised at the call

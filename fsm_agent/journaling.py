@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fsm_agent.halt import HaltReason
 from fsm_agent.interrupts import InterruptGate
@@ -78,10 +78,21 @@ class Journaling:
         )
 
     def _commit(self, event: Event) -> None:
+        """Journal `event` now: committed before this returns (and before any call the run
+        makes next), then handed to `on_transition`."""
+        self._commit_all((event,))
+
+    def _commit_all(self, events: Sequence[Event]) -> None:
+        """Journal `events` (consecutive, each its own hash-chained row) under one critical
+        section, then hand each to `on_transition`. The one place events reach the store:
+        committing several transitions together (none of them separated by a model, tool or
+        user-action call) is a change here alone, e.g. to one `append_many` per batch."""
         with self.gate.critical():
-            self.head = self.store.append(event)
-            self.seq, self.state = event.seq, event.dest
-        self._notify(event)
+            for event in events:
+                self.head = self.store.append(event)
+                self.seq, self.state = event.seq, event.dest
+        for event in events:
+            self._notify(event)
 
     def _notify(self, event: Event) -> None:
         if self.on_transition is not None:
