@@ -5,6 +5,11 @@ tool there blocks the process from ever exiting). So each call runs in a *daemon
 is abandoned at the deadline — its outcome is then unknown — or, when the tool opts in, in a
 child process that is killed at the deadline, which stops the side effect.
 
+In a run, a call is a `Call` the run's loop yields: `run_call` makes it inline on the loop's
+daemon driver thread, which `fsm_agent.driver` abandons at the deadline (no hand-off per
+call). `call_with_deadline` hands one call to a pooled daemon thread, for callers outside a
+run.
+
 Such a child cannot outlive the run's process either, whatever kills that process (SIGKILL
 included): on Linux the kernel kills it when its parent dies (`prctl(PR_SET_PDEATHSIG)`, set
 before any of the user's code runs in it, then a check that the parent is still the one that

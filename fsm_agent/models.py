@@ -2,10 +2,11 @@
 
 An adapter is any callable taking a `Prompt` and returning the raw reply (sync or async),
 optionally wrapped in `ModelReply` to report the call's cost. It may declare its `lane`,
-and its `isolation` ("thread" by default: a daemon thread abandoned at the wall-clock
-deadline; "inline" for adapters that cannot block). A call that fails in a way the adapter
-can name raises `ModelCallFailed`: the runtime journals the kind and the raw body, and the
-failure is a rejection, never a success.
+and its `isolation` ("thread" by default: made on the run's driver thread, which is
+abandoned at the wall-clock deadline (`fsm_agent.driver`); "inline" for adapters that
+cannot block: not stopped at the deadline, a late reply is refused). A call that fails in
+a way the adapter can name raises `ModelCallFailed`: the runtime journals the kind and the
+raw body, and the failure is a rejection, never a success.
 """
 
 from __future__ import annotations

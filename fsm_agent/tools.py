@@ -52,8 +52,9 @@ class Tool:
     """One tool. `side_effect=False` declares a read (see the attribute); `privileged` tools
     run only after the local halt check has cleared them;
     `isolation="process"` runs each call in a child process that is killed at the deadline;
-    `isolation="inline"` runs it in the worker's thread (no hand-off cost, but it cannot be
-    interrupted: only for tools that cannot block)."""
+    the default, "thread", makes it on the run's driver thread, abandoned at the deadline
+    (`fsm_agent.driver`); `isolation="inline"` makes it there too, but the deadline does not
+    stop it (a late result is refused): only for tools that cannot block."""
 
     name: str
     fn: Callable[..., Any]

@@ -3,7 +3,9 @@
 The loop performs the current state's action (data plane), takes a clock reading, checks
 the meters, and asks the compiled machine which transition the guards allow (control
 plane). Every transition is committed to the journal before the next action starts; the
-halt record is written atomically on every way out, signals included.
+halt record is written atomically on every way out, signals included. The loop runs on a
+driver thread, the caller's thread supervising it (`fsm_agent.driver`): guards, actions and
+`on_transition` run on that thread; a halt the loop raises is journaled in the caller's.
 """
 
 from __future__ import annotations
