@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar
 
 import attrs
 
 from fsm_agent import serde
 from fsm_agent.context import RunContext
-from fsm_agent.deadline import CallResult, call_with_deadline, error_text
+from fsm_agent.deadline import Call, CallResult, error_text
 from fsm_agent.effects import settle
 from fsm_agent.errors import Interrupted
 from fsm_agent.guards import resolve_guard
@@ -54,20 +54,26 @@ class ActionResult:
 PURE_ACTIONS = frozenset({"model", "receipts"})
 
 
+T = TypeVar("T")
+#: An action as the run's loop performs it: it yields the deadline-bound calls it needs and
+#: is sent their results (`fsm_agent.driver`), then returns its value.
+Steps = Generator[Call, CallResult, T]
+
+
 def has_side_effect(action: str | None) -> bool:
     """Whether a state's action may change the world (a tool call or a user action)."""
     return bool(action) and action not in PURE_ACTIONS
 
 
-def perform(ctx: RunContext, state: str, action: str) -> tuple[str, Facts]:
+def perform(ctx: RunContext, state: str, action: str) -> Steps[tuple[str, Facts]]:
     """Run the action of the current state; return (outcome trigger, facts)."""
     if action == "model":
-        return _ask_model(ctx)
+        return (yield from _ask_model(ctx))
     if action == "tool":
-        return _run_tool(ctx)
+        return (yield from _run_tool(ctx))
     if action == "receipts":
         return _collect_receipts(ctx)
-    return _user_action(ctx, state, action)
+    return (yield from _user_action(ctx, state, action))
 
 
 def _outcome_of(proposal: Proposal) -> str:
@@ -80,7 +86,7 @@ def _outcome_of(proposal: Proposal) -> str:
     return "rejected"
 
 
-def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
+def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
     ctx.steps_used += 1
     step = ctx.steps_used
     time_left = ctx.remaining_s()
@@ -89,11 +95,11 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
         step=step,
         max_steps=ctx.budgets.max_steps,
         tools=ctx.allowlist,
-        history=tuple(ctx.history),
+        history=ctx.history.view(),
         time_left_s=time_left,
         tool_specs=describe_tools(ctx.tools, ctx.allowlist),
     )
-    call = call_with_deadline(
+    call = yield Call(
         ctx.model,
         (prompt,),
         timeout_s=time_left,
@@ -101,6 +107,7 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
         name="model",
     )
     content: Any = None
+    kept: Any = None
     cost = 0.0
     error = None
     secrets = ctx.secrets  # redacted before the run decides on the reply or journals it
@@ -110,7 +117,10 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
             content, cost = call.value.content, call.value.cost
             ctx.add_cost(cost)
         content = secrets.value(content)
-        proposal = parse_reply(content, step=step, max_steps=ctx.budgets.max_steps)
+        kept = jsonable(content)  # as journaled; the very value when it is plain JSON data
+        proposal = parse_reply(
+            content, step=step, max_steps=ctx.budgets.max_steps, plain=kept is content
+        )
         if isinstance(proposal, Rejection) and secrets:
             proposal = attrs.evolve(proposal, detail=secrets.text(proposal.detail))
     elif call.status == "timeout":
@@ -121,6 +131,7 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
         content, cost = fault.raw, fault.cost
         if secrets and fault.raw_full is not None:  # redacted whole, then cut
             content = clip(secrets.text(fault.raw_full))
+        kept = jsonable(content)
         ctx.add_cost(cost)
         error = secrets.text(f"model call failed: {fault.kind}: {fault.detail}")
         proposal = Rejection(kind=fault.rejection, detail=error)
@@ -133,7 +144,7 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
         and isinstance(proposal, Rejection)
         and proposal.kind == "schema_fail"
     ):
-        proposal, repaired = _repair_vote(ctx, content, proposal, step)
+        proposal, repaired = yield from _repair_vote(ctx, content, proposal, step)
     ctx.proposal = proposal
     if isinstance(proposal, ToolCall):
         ctx.last_tool_call = proposal
@@ -143,14 +154,14 @@ def _ask_model(ctx: RunContext) -> tuple[str, Facts]:
     note = proposal_note(proposal)
     if note is not None:
         ctx.history.append(note)
-    facts = Facts(action="model", reply=secrets.value(jsonable(content)), reply_cost=float(cost),
+    facts = Facts(action="model", reply=secrets.value(kept), reply_cost=float(cost),
                   error=error, repaired=secrets.value(repaired))  # fmt: skip
     return _outcome_of(proposal), facts
 
 
 def _repair_vote(
     ctx: RunContext, content: Any, rejected: Rejection, step: int
-) -> tuple[Proposal, Any]:
+) -> Steps[tuple[Proposal, Any]]:
     """Seed 000: an invalid reply may get a repair vote only from a local lane. A voter on
     any other lane is refused (the run hard-fails as schema_fail); a local one's rewrite is
     parsed like any reply, and counts only if it parses."""
@@ -160,8 +171,8 @@ def _repair_vote(
     if halt_lane_refusal(ctx.control, "schema_repair_vote", lane) is not None:
         ctx.repair = "refused"
         return rejected, None
-    call = call_with_deadline(voter, (content,), timeout_s=ctx.remaining_s(), name="repair",
-                              isolation=getattr(voter, "isolation", "thread"))  # fmt: skip
+    call = yield Call(voter, (content,), timeout_s=ctx.remaining_s(), name="repair",
+                      isolation=getattr(voter, "isolation", "thread"))  # fmt: skip
     repaired = jsonable(call.value) if call.status == "ok" else None
     again = parse_reply(repaired, step=step, max_steps=ctx.budgets.max_steps)
     if call.status != "ok" or isinstance(again, Rejection):
@@ -240,16 +251,19 @@ def _side_effect_call(
     ctx: RunContext,
     name: str,
     args: dict[str, Any],
-    call: Callable[[float], CallResult],
+    call: Callable[[float], Call],
     side_effect: bool = True,
-) -> CallResult:
+) -> Steps[CallResult]:
     """Run a tool or user action under its time cap (and the wall clock). If a signal cuts
-    it short, the call is still recorded — as interrupted, its side effect unknown."""
-    timeout_s = min(ctx.budgets.tool_timeout_ms / 1000, ctx.remaining_s())
+    it short, the call is still recorded — as interrupted, its side effect unknown (a signal
+    that came before the call began leaves no call to record)."""
+    request = call(min(ctx.budgets.tool_timeout_ms / 1000, ctx.remaining_s()))
     started = time.monotonic()
     try:
-        return call(timeout_s)
+        return (yield request)
     except Interrupted as exc:
+        if request.begun is None:
+            raise
         _record_call(
             ctx,
             ToolOutcome(
@@ -266,7 +280,7 @@ def _side_effect_call(
         raise
 
 
-def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
+def _run_tool(ctx: RunContext) -> Steps[tuple[str, Facts]]:
     proposal = ctx.proposal
     if not isinstance(proposal, ToolCall) or ctx.tools.get(proposal.name) is None:
         name = proposal.name if isinstance(proposal, ToolCall) else "?"
@@ -290,11 +304,11 @@ def _run_tool(ctx: RunContext) -> tuple[str, Facts]:
             error=f"arguments refused before the call: {problem}; {tool.name} was not called",
         )  # fmt: skip
     else:
-        call = _side_effect_call(
+        call = yield from _side_effect_call(
             ctx,
             tool.name,
             args,
-            lambda timeout_s: call_with_deadline(
+            lambda timeout_s: Call(
                 tool.fn,
                 kwargs=args,
                 timeout_s=timeout_s,
@@ -349,16 +363,12 @@ def _collect_receipts(ctx: RunContext) -> tuple[str, Facts]:
     return "collected", Facts(action="receipts")
 
 
-def _user_action(ctx: RunContext, state: str, ref: str) -> tuple[str, Facts]:
+def _user_action(ctx: RunContext, state: str, ref: str) -> Steps[tuple[str, Facts]]:
     fn = resolve_callable(ref)
     snapshot = ctx.snapshot(state=state, outcome=None, next_action=ref)
-    call = _side_effect_call(
-        ctx,
-        ref,
-        {},
-        lambda timeout_s: call_with_deadline(
-            fn, (snapshot,), timeout_s=timeout_s, name=f"action:{ref}"
-        ),
+    name = f"action:{ref}"
+    call = yield from _side_effect_call(
+        ctx, ref, {}, lambda timeout_s: Call(fn, (snapshot,), timeout_s=timeout_s, name=name)
     )
     if call.status == "ok" and isinstance(call.value, ActionResult):
         result = call.value.result or ToolResult()
@@ -384,7 +394,7 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> tuple[str, Facts]:
     return trigger, Facts(action=ref, tool=outcome, error=outcome.error)
 
 
-def ask_judge(ctx: RunContext, snap: Snapshot) -> Snapshot:
+def ask_judge(ctx: RunContext, snap: Snapshot) -> Steps[Snapshot]:
     """The snapshot with the judge's vote on a possible success (seed 000: a paid judge may
     give a second opinion, but never moves halt alone; two free opinions are zero votes).
     A judge that fails or times out vetoes: no success on a missing opinion."""
@@ -394,8 +404,8 @@ def ask_judge(ctx: RunContext, snap: Snapshot) -> Snapshot:
     lane = getattr(judge, "lane", None)
     if lane is None or lane.tier == "free" or lane.kind == "free_server":
         return attrs.evolve(snap, judge="ignored")
-    call = call_with_deadline(judge, (snap,), timeout_s=ctx.remaining_s(), name="judge",
-                              isolation=getattr(judge, "isolation", "thread"))  # fmt: skip
+    call = yield Call(judge, (snap,), timeout_s=ctx.remaining_s(), name="judge",
+                      isolation=getattr(judge, "isolation", "thread"))  # fmt: skip
     agrees = call.status == "ok" and call.value is True
     return attrs.evolve(snap, judge="agree" if agrees else "veto")
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import attrs
 
 from fsm_agent.budgets import Budgets, Meters
+from fsm_agent.history import History
 from fsm_agent.lanes import ControlPlane, Lane
 from fsm_agent.models import ModelAdapter
 from fsm_agent.proposals import Proposal, ToolCall
@@ -62,7 +63,8 @@ class RunContext:
     last_tool_call: ToolCall | None = None
     repeats: int = 0
     last_call: str | None = None
-    history: list[dict[str, Any]] = attrs.field(factory=list)
+    #: the notes each model call is shown (as a read-only view: `fsm_agent.history`)
+    history: History = attrs.field(factory=History)
     #: the last RECORD_TOOL_CALLS calls (what the record and a handoff show); `calls_made`
     #: counts them all (the journal has every one)
     tool_calls: deque[ToolCallEntry] = attrs.field(factory=lambda: deque(maxlen=RECORD_TOOL_CALLS))

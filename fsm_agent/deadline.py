@@ -5,6 +5,11 @@ tool there blocks the process from ever exiting). So each call runs in a *daemon
 is abandoned at the deadline — its outcome is then unknown — or, when the tool opts in, in a
 child process that is killed at the deadline, which stops the side effect.
 
+In a run, a call is a `Call` the run's loop yields: `run_call` makes it inline on the loop's
+daemon driver thread, which `fsm_agent.driver` abandons at the deadline (no hand-off per
+call). `call_with_deadline` hands one call to a pooled daemon thread, for callers outside a
+run.
+
 Such a child cannot outlive the run's process either, whatever kills that process (SIGKILL
 included): on Linux the kernel kills it when its parent dies (`prctl(PR_SET_PDEATHSIG)`, set
 before any of the user's code runs in it, then a check that the parent is still the one that
@@ -192,6 +197,44 @@ def _inline(
     return CallResult(status="ok", value=value, elapsed_ms=_ms_since(start))
 
 
+@attrs.define(eq=False)
+class Call:
+    """One deadline-bound call a run's loop asks for (see `fsm_agent.driver`): made inline in
+    the loop's driver thread, its deadline watched by the thread that supervises the loop."""
+
+    fn: Callable[..., Any]
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+    timeout_s: float = 0.0
+    isolation: Isolation = "thread"
+    name: str = "call"
+    #: set by the driver: the call was begun (monotonic time), and its deadline (None: the
+    #: supervisor does not stop it: an inline call, or a child process killed at its own)
+    begun: float | None = None
+    deadline: float | None = None
+    #: kills a child process (set once one is started): the supervisor stops it with the run
+    cancel: Callable[[], None] | None = None
+
+    def arm(self, cancel: Callable[[], None]) -> None:
+        self.cancel = cancel
+
+
+def run_call(call: Call) -> CallResult:
+    """Make `call` in this thread, as its isolation says: a "thread" call inline (the
+    supervisor abandons this thread at the deadline), an inline one refused when late, a
+    process one in a child killed at the deadline. Any exception is the call's error."""
+    if call.isolation == "process":
+        return _in_child(call.fn, call.args, call.kwargs, call.timeout_s, call.name, call.arm)
+    start = time.monotonic()
+    if call.isolation == "inline":
+        return _inline(call.fn, call.args, call.kwargs, call.timeout_s, start)
+    try:
+        value = _invoke(call.fn, call.args, call.kwargs)
+    except BaseException as exc:  # sys.exit in a call fails that call, as in a pool thread
+        return CallResult(status="error", error=exc, elapsed_ms=_ms_since(start))
+    return CallResult(status="ok", value=value, elapsed_ms=_ms_since(start))
+
+
 #: prctl(2) option: the signal the kernel sends this process when its parent thread dies.
 _PR_SET_PDEATHSIG = 1
 #: How often a child without prctl looks whether its parent is still there.
@@ -263,6 +306,7 @@ def _in_child(
     kwargs: Mapping[str, Any],
     timeout_s: float,
     name: str,
+    on_start: Callable[[Callable[[], None]], None] | None = None,
 ) -> CallResult:
     start = time.monotonic()
     import multiprocessing  # only tools that opt into isolation="process" pay for it
@@ -279,6 +323,8 @@ def _in_child(
         daemon=True,
     )
     proc.start()
+    if on_start is not None:  # who may have to stop the call early: how to kill the child
+        on_start(proc.kill)
     child.close()
     try:
         try:

@@ -24,16 +24,29 @@ from fsm_agent.errors import Interrupted
 HANDLED = (signal.SIGTERM, signal.SIGINT)
 
 
+_acting = threading.local()
+
+
+def act_for(main: bool) -> None:
+    """This thread drives a run for the main thread (`main`) or for another one: a
+    `KeyboardInterrupt` here is judged as it would be in the thread it drives for."""
+    _acting.main = main
+
+
+def _main_thread_or_its_driver() -> bool:
+    return getattr(_acting, "main", False) or threading.current_thread() is threading.main_thread()
+
+
 def raised_by_user_code(exc: BaseException) -> bool:
     """Whether a BaseException caught around user code (a guard, an action, a tool, an
     adapter, an import) came from that code, not from a real signal. A SIGTERM or SIGINT
     that fsm-agent handles (a run's handlers, the `fsm-agent` command's) arrives as
-    `Interrupted`; a `KeyboardInterrupt` may be a real Ctrl-C only in the main thread while
-    Python's own SIGINT handler is in place (nobody else took the signal), and is then
-    treated as one."""
+    `Interrupted`; a `KeyboardInterrupt` may be a real Ctrl-C only in the main thread (or the
+    thread driving its run, `fsm_agent.driver`) while Python's own SIGINT handler is in place
+    (nobody else took the signal), and is then treated as one."""
     if isinstance(exc, Interrupted):
         return False
-    if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+    if isinstance(exc, KeyboardInterrupt) and _main_thread_or_its_driver():
         return signal.getsignal(signal.SIGINT) is not signal.default_int_handler
     return True
 
@@ -48,10 +61,13 @@ class InterruptGate:
         self._previous: dict[int, Any] = {}
         self.deferred: int | None = None  # arrived while halting: re-raised after the run
         self.raised = False  # True once a signal has ended (or is ending) the run
+        #: True while the thread supervising the run's driver does its own bookkeeping: a
+        #: signal is only noted then, and acted on by the supervisor or the driver
+        self.held = False
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.received = self.received or signum
-        if self._depth > 0:
+        if self._depth > 0 or self.held:
             self.pending = self.pending or signum
             return
         self.raised = True

@@ -230,6 +230,11 @@ class Store(Protocol):
 
     def controls(self, run_id: str, after: int = 0) -> list[Control]: ...
 
+    def control_version(self) -> object | None:
+        """A value that differs from the last one read whenever a control may have been
+        added since (None: unknown, and `controls` is read every time)."""
+        ...
+
     def close(self) -> None: ...
 
     def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]:

@@ -8,16 +8,28 @@ journals, none of them declares how a second time.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 
 from fsm_agent.halt import HaltReason
 from fsm_agent.interrupts import InterruptGate
 from fsm_agent.journal import Event, EventKind, Facts, GuardResult, Store
 from fsm_agent.snapshot import Snapshot
 
+#: the last whole second formatted, and its text (swapped whole: threads may share it)
+_second: tuple[int, str] = (-1, "")
+
 
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+    """The time now in UTC, ISO 8601 to the millisecond (`2026-01-01T12:00:00.123+00:00`);
+    the date and time of day are formatted once a second."""
+    global _second
+    second, ms = divmod(int(time.time() * 1000), 1000)
+    cached = _second
+    if cached[0] != second:
+        moment = datetime.datetime.fromtimestamp(second, datetime.UTC)
+        cached = _second = (second, moment.strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{cached[1]}.{ms:03d}+00:00"
 
 
 class Journaling:
@@ -66,10 +78,21 @@ class Journaling:
         )
 
     def _commit(self, event: Event) -> None:
+        """Journal `event` now: committed before this returns (and before any call the run
+        makes next), then handed to `on_transition`."""
+        self._commit_all((event,))
+
+    def _commit_all(self, events: Sequence[Event]) -> None:
+        """Journal `events` (consecutive, each its own hash-chained row) under one critical
+        section, then hand each to `on_transition`. The one place events reach the store:
+        committing several transitions together (none of them separated by a model, tool or
+        user-action call) is a change here alone, e.g. to one `append_many` per batch."""
         with self.gate.critical():
-            self.head = self.store.append(event)
-            self.seq, self.state = event.seq, event.dest
-        self._notify(event)
+            for event in events:
+                self.head = self.store.append(event)
+                self.seq, self.state = event.seq, event.dest
+        for event in events:
+            self._notify(event)
 
     def _notify(self, event: Event) -> None:
         if self.on_transition is not None:

@@ -2,10 +2,11 @@
 
 An adapter is any callable taking a `Prompt` and returning the raw reply (sync or async),
 optionally wrapped in `ModelReply` to report the call's cost. It may declare its `lane`,
-and its `isolation` ("thread" by default: a daemon thread abandoned at the wall-clock
-deadline; "inline" for adapters that cannot block). A call that fails in a way the adapter
-can name raises `ModelCallFailed`: the runtime journals the kind and the raw body, and the
-failure is a rejection, never a success.
+and its `isolation` ("thread" by default: made on the run's driver thread, which is
+abandoned at the wall-clock deadline (`fsm_agent.driver`); "inline" for adapters that
+cannot block: not stopped at the deadline, a late reply is refused). A call that fails in
+a way the adapter can name raises `ModelCallFailed`: the runtime journals the kind and the
+raw body, and the failure is a rejection, never a success.
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ class Prompt:
     step: int
     max_steps: int
     tools: tuple[str, ...]
-    history: tuple[dict[str, Any], ...] = ()
+    #: the run's notes so far, oldest first: a read-only sequence (a `HistoryView` in a run;
+    #: each read gives a fresh copy, and later notes never appear in this prompt's)
+    history: Sequence[dict[str, Any]] = ()
     #: the run's wall clock left when the call starts (None outside a run); an adapter that
     #: does I/O sets its own timeouts under it
     time_left_s: float | None = None

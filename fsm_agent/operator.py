@@ -31,11 +31,13 @@ class OperatorControls(Journaling):
     ctx: RunContext
     control_seen: int
     frozen_by: Control | None
+    #: the store's control version when its controls were last read (None: not known)
+    control_version: object | None = None
 
     def _apply_controls(self, action: str) -> None:
         """Apply operators' instructions queued in the store, each journaled as an act; then
         refuse the model call if routing is frozen and the model is not on a local lane."""
-        for control in self.store.controls(self.run_id, after=self.control_seen):
+        for control in self._new_controls():
             self.control_seen = control.id
             if control.kind == "raise_budget":
                 self._raise_budget(control, action)
@@ -60,6 +62,17 @@ class OperatorControls(Journaling):
                 f"routing frozen by {by.who} ({by.why}); the model's lane"
                 f" {lane or 'undeclared'} is not a local function: no call was made"
             )
+
+    def _new_controls(self) -> list[Control]:
+        """The controls queued since the last one applied; read only when the store says one
+        may have been added since the last read (a store that cannot say is read each time)."""
+        version_of = getattr(self.store, "control_version", None)
+        version = version_of() if version_of is not None else None
+        if version is not None and version == self.control_version:
+            return []
+        controls = self.store.controls(self.run_id, after=self.control_seen)
+        self.control_version = version  # taken before the read: a later add changes it
+        return controls
 
     def _catch_up_routing(self, upto: int | None = None) -> None:
         """Routing frozen before this run started applies to it too (not journaled as its act).

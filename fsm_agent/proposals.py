@@ -166,15 +166,19 @@ def _from_text(raw: str) -> Any:
         return _schema(f"reply looks like JSON but does not parse (truncated?): {exc}")
 
 
-def parse_reply(raw: Any, *, step: int, max_steps: int) -> Proposal:
-    """Turn one raw model reply into exactly one `Proposal`. Pure; never raises."""
+def parse_reply(raw: Any, *, step: int, max_steps: int, plain: bool = False) -> Proposal:
+    """Turn one raw model reply into exactly one `Proposal`. Pure; never raises. `plain`:
+    the caller has already found `raw` to be plain JSON data (`json_problem` is None), so an
+    object reply is not walked a second time."""
     try:
-        return _parse(raw, step=step, max_steps=max_steps)
+        return _parse(raw, step=step, max_steps=max_steps, plain=plain)
     except Exception as exc:  # a hostile Python value (a raising __eq__, __len__ …)
         return _schema(f"reply cannot be read: {type(exc).__name__}")
 
 
-def _parse(raw: Any, *, step: int, max_steps: int) -> Proposal:
+def _parse(raw: Any, *, step: int, max_steps: int, plain: bool = False) -> Proposal:
+    if isinstance(raw, bytes | str):
+        plain = False  # an object decoded from text is checked here
     if isinstance(raw, bytes):
         if len(raw) > MAX_REPLY_BYTES:
             return _schema(f"reply is {len(raw)} bytes; the limit is {MAX_REPLY_CHARS} characters")
@@ -194,7 +198,7 @@ def _parse(raw: Any, *, step: int, max_steps: int) -> Proposal:
         return _schema("prose is not a proposal; expected a JSON object")
     if not isinstance(raw, dict):
         return _schema(f"expected a JSON object, got {type(raw).__name__}")
-    problem = json_problem(raw)
+    problem = None if plain else json_problem(raw)
     if problem is not None:
         return _schema(f"reply {problem}")
     return _from_object(raw, step=step, max_steps=max_steps)

@@ -52,8 +52,9 @@ class Tool:
     """One tool. `side_effect=False` declares a read (see the attribute); `privileged` tools
     run only after the local halt check has cleared them;
     `isolation="process"` runs each call in a child process that is killed at the deadline;
-    `isolation="inline"` runs it in the worker's thread (no hand-off cost, but it cannot be
-    interrupted: only for tools that cannot block)."""
+    the default, "thread", makes it on the run's driver thread, abandoned at the deadline
+    (`fsm_agent.driver`); `isolation="inline"` makes it there too, but the deadline does not
+    stop it (a late result is refused): only for tools that cannot block."""
 
     name: str
     fn: Callable[..., Any]
@@ -70,15 +71,27 @@ class Tool:
 def argument_problem(tool: Tool, args: Mapping[str, Any]) -> str | None:
     """Why the tool cannot take `args` (a required argument missing, one it does not know),
     or None. Checked before the call: a call the tool's signature refuses is never made, so
-    the model can be asked again without a side effect to worry about."""
-    signature = _signature(tool.fn)
+    the model can be asked again without a side effect to worry about. Only the names of
+    the arguments count, so the verdict is kept per tool and set of names."""
+    names = tuple(args)
+    try:
+        return _cached_problem(tool.fn, tool.name, names)
+    except TypeError:  # an unhashable callable: not cached
+        return _problem(tool.fn, tool.name, names)
+
+
+def _problem(fn: Callable[..., Any], name: str, names: tuple[str, ...]) -> str | None:
+    signature = _signature(fn)
     if signature is None:
         return None
     try:
-        signature.bind(**args)
+        signature.bind(**dict.fromkeys(names))
     except TypeError as exc:
-        return f"{exc} (it takes {tool.name}({_parameters(signature)}))"
+        return f"{exc} (it takes {name}({_parameters(signature)}))"
     return None
+
+
+_cached_problem = functools.lru_cache(maxsize=4096)(_problem)
 
 
 def _parameters(signature: inspect.Signature) -> str:

@@ -3,7 +3,9 @@
 The loop performs the current state's action (data plane), takes a clock reading, checks
 the meters, and asks the compiled machine which transition the guards allow (control
 plane). Every transition is committed to the journal before the next action starts; the
-halt record is written atomically on every way out, signals included.
+halt record is written atomically on every way out, signals included. The loop runs on a
+driver thread, the caller's thread supervising it (`fsm_agent.driver`): guards, actions and
+`on_transition` run on that thread; a halt the loop raises is journaled in the caller's.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from typing import Any
 
 import attrs
 
-from fsm_agent.actions import ask_judge, perform, success_possible
+from fsm_agent.actions import Steps, ask_judge, perform, success_possible
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.context import Clock, RunContext
 from fsm_agent.deadline import error_text
+from fsm_agent.driver import supervise
 from fsm_agent.encoding import refuse_unencodable
 from fsm_agent.errors import (
     HaltPathRefused,
@@ -261,9 +264,7 @@ class _Worker(Resumption, OperatorControls):
     def execute(self) -> HaltRecord:
         with self.gate.installed(self.handle_signals):
             try:
-                self._resume() if self.resuming else self._start()
-                while self.record is None:
-                    self._step()
+                supervise(self._loop(), self.gate)
             except RunPaused:
                 self.store.mark_run(self.run_id, "paused", None, None)
                 raise
@@ -299,6 +300,13 @@ class _Worker(Resumption, OperatorControls):
         return self.record
 
     # --- the loop -------------------------------------------------------------------------
+
+    def _loop(self) -> Steps[None]:
+        """The run's loop, driven on a driver thread (`fsm_agent.driver`): it yields each
+        model, tool or user-action call, and is sent how the call ended."""
+        self._resume() if self.resuming else self._start()
+        while self.record is None:
+            yield from self._step()
 
     def _start(self) -> None:
         # Routing frozen before the run starts applies to it. Caught up before the run exists:
@@ -345,15 +353,15 @@ class _Worker(Resumption, OperatorControls):
             if why is not None:
                 raise HaltPathRefused(why, decision_key=key, lane=self.ctx.halt_lane)
 
-    def _step(self) -> None:
+    def _step(self) -> Steps[None]:
         state = self.state
         action = self.spec.state(state).action or ""
         if action == "model":  # before each model call: an operator may have raised a cap
             self._apply_controls(action)
-        outcome, facts = perform(self.ctx, state, action)
+        outcome, facts = yield from perform(self.ctx, state, action)
         snap = self.ctx.snapshot(state, outcome, None)
         if self.ctx.judge is not None and success_possible(self.spec, state, outcome, snap):
-            snap = ask_judge(self.ctx, snap)
+            snap = yield from ask_judge(self.ctx, snap)
         budget = self.compiled.check_budget(state, snap)
         if budget.transition is not None:
             self._halt_on(budget.transition, snap, budget.guards, facts, self._meter(snap))

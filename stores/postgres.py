@@ -328,6 +328,11 @@ class PostgresStore:
             r[0] for r in self._tuples("SELECT run_id FROM runs ORDER BY started_at, run_id", ())
         ]
 
+    def control_version(self) -> None:
+        """None: PostgreSQL has no cheap "changed since" token, so a run reads its controls
+        before every model call."""
+        return None
+
     def controls(self, run_id: str, after: int = 0) -> list[Control]:
         """The instructions for `run_id`, and those for every run, queued after control
         `after`, oldest first (one indexed read before each model call)."""

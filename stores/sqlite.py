@@ -87,6 +87,7 @@ class SqliteStore:
         self.read_only = read_only
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
+        self._controls_added = 0  # by this connection (data_version counts only the others')
         self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
         # run id -> the key its chain is made with (None: unkeyed) and its chain version
         self._modes: dict[str, tuple[bytes | None, int]] = {}
@@ -339,7 +340,16 @@ class SqliteStore:
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 codec.control_params(control),
             )
+        self._controls_added += 1
         return int(cursor.lastrowid or 0)
+
+    def control_version(self) -> tuple[int, int] | None:
+        """A value that differs from the last one read whenever a control may have been
+        added since: SQLite's `data_version` (it moves on every commit by another
+        connection, any process) with this connection's own additions. A run reads its
+        controls only when it changed (a pragma, not a query)."""
+        row = self._read(lambda: self.conn.execute("PRAGMA data_version").fetchall())
+        return int(row[0][0]), self._controls_added
 
     def controls(self, run_id: str, after: int = 0) -> list[Control]:
         """The instructions for `run_id`, and those for every run, queued after control

@@ -9,15 +9,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
-from fsm_agent import HaltReason, Lane, read_record
+from fsm_agent import HaltReason, Lane, Prompt, ScriptedModel, load_tools, read_record, run
 from fsm_agent.cli import cli, progress_line
 from fsm_agent.journal import Control
 from fsm_agent.replay import replay_events
 from stores.sqlite import SqliteStore
-from tests.lab import lab_run
+from tests.lab import LOOKUP, MISS, lab_run
 
 ROOT = Path(__file__).parent.parent
 CHILD = Path(__file__).parent / "child_raise.py"
@@ -173,3 +175,63 @@ def test_a_freeze_during_a_run_is_journaled_in_it(tmp_path: Path) -> None:
     [act] = [e for e in events if e.kind == "operator"]
     assert act.note == "routing frozen by carol: leak"
     assert replay_events(row, events).ok
+
+
+# --- the control poll reads the store only when a control may have been added ---------------
+
+
+class _CountingStore(SqliteStore):
+    reads = 0
+
+    def controls(self, run_id: str, after: int = 0) -> list[Control]:
+        self.reads += 1
+        return super().controls(run_id, after)
+
+
+def _raise_budget(run_id: str) -> Control:
+    return Control(id=0, run_id=run_id, kind="raise_budget", payload={"max_steps": 9},
+                   who="ops", why="more room", at="2026-01-01T00:00:00.000+00:00")  # fmt: skip
+
+
+@pytest.mark.parametrize("through", ["the run's own store", "another connection"])
+def test_an_act_added_between_model_calls_is_applied_before_the_next_one(
+    tmp_path: Path, through: str
+) -> None:
+    store = _CountingStore(tmp_path / "j.db")
+    other = SqliteStore(tmp_path / "j.db")
+    seen: list[int] = []
+
+    def model(prompt: Prompt) -> Any:
+        seen.append(prompt.max_steps)
+        if prompt.step == 2:  # the act lands between the 2nd and the 3rd model call
+            (store if through == "the run's own store" else other).add_control(
+                _raise_budget("poll-1")
+            )
+        return MISS if prompt.step < 4 else {"answer": "swordfish"}
+
+    try:
+        run("agent_loop", task="Find the lab password", model=model,
+            tools=load_tools("examples.halt_lab.tools"), store=store, run_id="poll-1",
+            record_path=tmp_path / "r.json", budgets={"max_retries": 9})  # fmt: skip
+        events = store.events("poll-1")
+    finally:
+        store.close()
+        other.close()
+    assert seen[:4] == [8, 8, 9, 9]
+    (act,) = [e for e in events if e.kind == "operator"]
+    assert act.note is not None
+    assert "max_steps 8 -> 9" in act.note
+
+
+def test_no_act_no_read(tmp_path: Path) -> None:
+    """Without a control added, the poll before each model call is a pragma, not a query."""
+    store = _CountingStore(tmp_path / "j.db")
+    try:
+        record = run("agent_loop", task="Find the lab password",
+                     model=ScriptedModel([MISS, MISS, MISS, LOOKUP, {"answer": "swordfish"}]),
+                     tools=load_tools("examples.halt_lab.tools"), store=store,
+                     record_path=tmp_path / "r.json", budgets={"max_retries": 9})  # fmt: skip
+    finally:
+        store.close()
+    assert record.steps_used == 5
+    assert store.reads <= 2  # the catch-up at the start, and the first poll
