@@ -61,6 +61,8 @@ class _GuardCall:
         self.index, self.ref, self.fn = index, ref, fn
         #: a guard that came with newer success rules is not part of older runs' decisions
         self.since = GUARD_SINCE.get(ref, 0)
+        #: its two possible log entries (immutable), by result
+        self.results = (GuardResult(index, ref, False), GuardResult(index, ref, True))
 
     def evaluate(self, snapshot: Snapshot, log: list[GuardResult]) -> bool:
         """The guard's verdict on `snapshot` (logged in `log`); True without evaluating it
@@ -79,7 +81,7 @@ class _GuardCall:
             raise GuardFailed(
                 f"returned {result!r}, not a bool", guard=self.ref, transition=self.index
             )
-        log.append(GuardResult(transition=self.index, guard=self.ref, result=result))
+        log.append(self.results[result])
         return result
 
     def __call__(self, event_data: Any) -> bool:  # as a `transitions` condition
@@ -178,6 +180,11 @@ class CompiledMachine:
         if not budget_tripped(snapshot):
             return untripped
         return self.decide(state, BUDGET_TRIGGER, snapshot)
+
+    def untripped(self, state: str) -> Decision:
+        """What `check_budget` decides out of `state` on a snapshot whose budget has not
+        tripped (without building the snapshot)."""
+        return self._untripped[state]
 
 
 _NONE = Decision(transition=None, guards=())
