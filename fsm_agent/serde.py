@@ -115,8 +115,19 @@ def dumps(value: Any) -> str:
     )
 
 
+def _default(value: Any) -> Any:
+    """What the encoder makes of a value JSON has no form for, inside a field of type `Any`
+    (the generated encoders pass such fields through): as the converter would, an attrs
+    value's compact form and an enum's value; anything else is refused as `json` does."""
+    if attrs.has(type(value)):
+        return _compact_hook(type(value))(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 # One encoder for the hot path: json.dumps with non-default options builds a new one a call.
-_encode_compact = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+_encode_compact = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default).encode
 
 
 def dumps_compact(value: Any) -> str:

@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fsm_agent import serde
+from fsm_agent.halt import HaltReason
 from fsm_agent.journal import Event, Facts, GuardResult
+from fsm_agent.receipts import Receipt
 from fsm_agent.snapshot import Snapshot, ToolOutcome
 from tests.test_serde import JOURNAL_TYPES, events, facts, guard_logs, json_values, snapshots
 
@@ -138,6 +140,33 @@ def test_loads_reads_what_json_reads(value: Any) -> None:
 def test_loads_edge_cases_read_as_json_reads_them(text: str) -> None:
     got, want = serde.loads(text), json.loads(text)
     assert repr(got) == repr(want)
+
+
+@pytest.mark.parametrize(
+    "observation",
+    [
+        Receipt(200, "a"),
+        {"a": [Receipt(200, "a", checksum="c")]},
+        HaltReason.COMPLETED,
+        {1, 2},
+        b"x",
+        (1, 2),
+        {1: "x", None: 2},
+        2**100,
+        "\ud800\x00\x7f\u00e9",
+    ],
+)
+def test_an_odd_observation_encodes_as_the_converter_encodes_it(observation: Any) -> None:
+    """The generated encoders pass a field of type `Any` through: what JSON has no form
+    for still comes out as the converter made it (or is refused the same way)."""
+    outcome = ToolOutcome(name="t", args={}, status="returned", observation=observation)
+    results = []
+    for encode in (_reference_compact, serde.dumps_compact):
+        try:
+            results.append(encode(outcome))
+        except TypeError as exc:
+            results.append(str(exc))
+    assert results[0] == results[1]
 
 
 def test_a_tool_outcome_with_a_big_int_observation_round_trips() -> None:
