@@ -1,9 +1,12 @@
-"""A validated declaration compiled onto a `transitions.Machine`, and the decision function.
+"""A validated declaration compiled into a decide table, and the decision function.
 
-One `transitions.Machine` per declaration, shared by every run of it; auto transitions off;
-guards resolved from our registry at load time and recorded as they are evaluated. Runs do
-not register as models (no injected attributes, no list scans): each decision fires the
-event on a small throwaway cursor object.
+One compiled machine per declaration, shared by every run of it; guards resolved from our
+registry at load time and recorded as they are evaluated. Decisions are made on a
+precompiled table: (state, trigger) -> the candidate edges in declared order, each with its
+guard calls, evaluated directly. A `transitions.Machine` (auto transitions off) is built
+from the same declaration and kept as the reference: it validates the declaration, draws
+it, and `decide_via_machine` fires its event on a throwaway cursor — the table gives the
+same decision and the same guard log (a property test holds them to it).
 """
 
 from __future__ import annotations
@@ -52,29 +55,42 @@ class _Cursor:
 
 
 class _GuardCall:
+    """One guard of one edge: evaluated on a snapshot, its result logged."""
+
     def __init__(self, index: int, ref: str, fn: Guard) -> None:
         self.index, self.ref, self.fn = index, ref, fn
         #: a guard that came with newer success rules is not part of older runs' decisions
         self.since = GUARD_SINCE.get(ref, 0)
+        #: its two possible log entries (immutable), by result
+        self.results = (GuardResult(index, ref, False), GuardResult(index, ref, True))
 
-    def __call__(self, event_data: Any) -> bool:
-        cursor: _Cursor = event_data.model
-        if cursor.snapshot.rules < self.since:
+    def evaluate(self, snapshot: Snapshot, log: list[GuardResult]) -> bool:
+        """The guard's verdict on `snapshot` (logged in `log`); True without evaluating it
+        for a run under older success rules than the guard's."""
+        if snapshot.rules < self.since:
             return True
         try:
-            result = self.fn(cursor.snapshot)
+            result = self.fn(snapshot)
         except BaseException as exc:  # sys.exit or KeyboardInterrupt in a guard too
             if not raised_by_user_code(exc):
                 raise
             raise GuardFailed(
                 f"raised {type(exc).__name__}: {exc}", guard=self.ref, transition=self.index
             ) from exc
-        if not isinstance(result, bool):
+        if result is not True and result is not False:
             raise GuardFailed(
                 f"returned {result!r}, not a bool", guard=self.ref, transition=self.index
             )
-        cursor.log.append(GuardResult(transition=self.index, guard=self.ref, result=result))
+        log.append(self.results[result])
         return result
+
+    def __call__(self, event_data: Any) -> bool:  # as a `transitions` condition
+        cursor: _Cursor = event_data.model
+        return self.evaluate(cursor.snapshot, cursor.log)
+
+
+#: One candidate edge in the decide table: the transition and its guard calls, in order.
+_Edge = tuple[TransitionSpec, tuple[_GuardCall, ...]]
 
 
 class _Fired:
@@ -111,14 +127,41 @@ class CompiledMachine:
         self._budget_edges = {
             t.source: t for t in spec.transitions if t.implicit and t.trigger == BUDGET_TRIGGER
         }
+        #: what `check_budget` answers when nothing tripped, per state (immutable)
+        self._untripped = {
+            state: Decision(None, (GuardResult(t.index, "budget_tripped", False),))
+            for state, t in self._budget_edges.items()
+        }
+        table: dict[tuple[str, str], list[_Edge]] = {}
         for t in spec.transitions:
-            calls: list[Any] = [_GuardCall(t.index, ref, resolve_guard(ref)) for ref in t.guards]
+            calls = tuple(_GuardCall(t.index, ref, resolve_guard(ref)) for ref in t.guards)
+            table.setdefault((t.source, t.trigger), []).append((t, calls))
             self.machine.add_transition(
-                t.trigger, t.source, t.dest, conditions=calls, after=[_Fired(t.index)]
+                t.trigger, t.source, t.dest, conditions=list(calls), after=[_Fired(t.index)]
             )
+        #: (state, trigger) -> candidate edges in declared order: the decide table
+        self._table = {key: tuple(edges) for key, edges in table.items()}
 
     def decide(self, state: str, trigger: str, snapshot: Snapshot) -> Decision:
-        """Try the candidates for `trigger` from `state` in declared order; first to pass wins."""
+        """Try the candidates for `trigger` from `state` in declared order; first to pass wins.
+
+        Each edge's guards are evaluated in order and stop at the first False; every result
+        evaluated is logged."""
+        edges = self._table.get((state, trigger))
+        if edges is None:
+            return _NONE
+        log: list[GuardResult] = []
+        for transition, calls in edges:
+            for call in calls:
+                if not call.evaluate(snapshot, log):
+                    break
+            else:
+                return Decision(transition=transition, guards=tuple(log))
+        return Decision(transition=None, guards=tuple(log))
+
+    def decide_via_machine(self, state: str, trigger: str, snapshot: Snapshot) -> Decision:
+        """`decide` by firing the event on the `transitions.Machine`: the reference the
+        decide table is tested against."""
         event = self.machine.events.get(trigger)
         if event is None or state not in event.transitions:
             return Decision(transition=None, guards=())
@@ -133,17 +176,18 @@ class CompiledMachine:
         It has one guard, `budget_tripped`; the common case (nothing tripped) is answered
         by that guard directly, and only a tripped budget is fired through the machine.
         """
-        implicit = self._budget_edges[state]
+        untripped = self._untripped[state]
         if not budget_tripped(snapshot):
-            return Decision(
-                transition=None,
-                guards=(
-                    GuardResult(transition=implicit.index, guard="budget_tripped", result=False),
-                ),
-            )
+            return untripped
         return self.decide(state, BUDGET_TRIGGER, snapshot)
 
+    def untripped(self, state: str) -> Decision:
+        """What `check_budget` decides out of `state` on a snapshot whose budget has not
+        tripped (without building the snapshot)."""
+        return self._untripped[state]
 
+
+_NONE = Decision(transition=None, guards=())
 _CACHE: dict[tuple[str, str], CompiledMachine] = {}
 _CACHE_LOCK = threading.Lock()
 

@@ -86,14 +86,30 @@ class Replayer:
         self.ids = edge_ids(self.spec)
         self.index_of = {v: k for k, v in self.ids.items()}
         self.recorded_index_of = {v: k for k, v in self.recorded_ids.items()}
+        self.states = {s.name: s for s in self.spec.states}
+        #: guard checks already made, by (recorded, recomputed) results: a loop re-decides
+        #: the same guards to the same results again and again
+        self._checks: dict[tuple[tuple[GuardResult, ...], ...], tuple[GuardCheck, ...]] = {}
 
     def guard_checks(
         self, recorded: Iterable[GuardResult], recomputed: Iterable[GuardResult]
     ) -> tuple[GuardCheck, ...]:
         """Recorded and recomputed guard results side by side, matched by transition
         identity (the same edge in both declarations), shown by this declaration's index."""
-        rec = keyed(tuple(recorded), self.recorded_ids)
-        now = keyed(tuple(recomputed), self.ids)
+        key = (tuple(recorded), tuple(recomputed))
+        found = self._checks.get(key)
+        if found is None:
+            found = self._guard_checks(*key)
+            if len(self._checks) >= 4096:
+                self._checks.clear()
+            self._checks[key] = found
+        return found
+
+    def _guard_checks(
+        self, recorded: tuple[GuardResult, ...], recomputed: tuple[GuardResult, ...]
+    ) -> tuple[GuardCheck, ...]:
+        rec = keyed(recorded, self.recorded_ids)
+        now = keyed(recomputed, self.ids)
         keys = list(dict.fromkeys([*rec, *now]))
         return tuple(
             GuardCheck(
@@ -112,7 +128,7 @@ class Replayer:
         return not self.counterfactual and any(g.recorded != g.recomputed for g in checks)
 
     def has_state(self, name: str) -> bool:
-        return any(s.name == name for s in self.spec.states)
+        return name in self.states
 
     def snapshot(self, event: Event) -> Snapshot:
         snap = event.snapshot
@@ -124,7 +140,20 @@ class Replayer:
         return attrs.evolve(snap, **changes)
 
     def action(self, state: str) -> str | None:
-        return self.spec.state(state).action
+        return self.states[state].action
+
+    def entering(
+        self, snap: Snapshot, dest: str, retry: bool
+    ) -> tuple[Decision, HaltReason | None]:
+        """The budget check on entering `dest` from `snap` (and the meter that trips it):
+        on the snapshot `after` would build, built only when the budget trips."""
+        meters = snap.meters
+        if retry:
+            meters = attrs.evolve(meters, retries_used=meters.retries_used + 1)
+        reason = tripped_meter(snap.budgets, meters, next_action=self.action(dest))
+        if reason is None:  # `budget_tripped` is exactly this test: nothing trips
+            return self.compiled.untripped(dest), None
+        return self.compiled.check_budget(dest, self.after(snap, dest, retry)), reason
 
     def after(self, snap: Snapshot, dest: str, retry: bool) -> Snapshot:
         meters = snap.meters
@@ -316,8 +345,6 @@ def redecide(r: Replayer, event: Event) -> StepReport:
         )
     chosen = decision.transition
     check: tuple[Decision, HaltReason | None] | None = None
-    if chosen is not None and not r.spec.state(chosen.dest).terminal:
-        after = r.after(snap, chosen.dest, chosen.retry)
-        reason = tripped_meter(after.budgets, after.meters, next_action=after.next_action)
-        check = (r.compiled.check_budget(chosen.dest, after), reason)
+    if chosen is not None and not r.states[chosen.dest].terminal:
+        check = r.entering(snap, chosen.dest, chosen.retry)
     return _judge(r, event, snap, decision, check, None)

@@ -282,9 +282,26 @@ def events(rows: Iterable[Mapping[str, Any]], fail: Fail) -> list[Event]:
             gc.enable()
 
 
+_GUARDS = tuple[GuardResult, ...]
+#: Guard-result columns already decoded (their values are immutable, so one serves every
+#: event with the same text: a loop evaluates the same guards to the same results).
+_guard_texts: dict[str, tuple[GuardResult, ...]] = {}
+
+
+def _guards(text: str) -> tuple[GuardResult, ...]:
+    found = _guard_texts.get(text)
+    if found is None:
+        found = serde.structure_fast(serde.loads(text), _GUARDS)
+        if len(_guard_texts) >= 4096:
+            _guard_texts.clear()
+        _guard_texts[text] = found
+    return found
+
+
 def event(r: Mapping[str, Any], fail: Fail) -> Event:
     """One `events` row as an `Event`."""
     try:
+        facts = r["facts"]
         return Event(
             run_id=r["run_id"],
             seq=r["seq"],
@@ -294,10 +311,10 @@ def event(r: Mapping[str, Any], fail: Fail) -> Event:
             source=r["source"],
             dest=r["dest"],
             trigger=r["trigger"],
-            snapshot=serde.structure(json.loads(r["snapshot"]), Snapshot),
-            guards=serde.structure(json.loads(r["guards"]), tuple[GuardResult, ...]),
-            check=serde.structure(json.loads(r["checks"]), tuple[GuardResult, ...]),
-            facts=None if r["facts"] is None else serde.structure(json.loads(r["facts"]), Facts),
+            snapshot=serde.structure_fast(serde.loads(r["snapshot"]), Snapshot),
+            guards=_guards(r["guards"]),
+            check=_guards(r["checks"]),
+            facts=None if facts is None else serde.structure_fast(serde.loads(facts), Facts),
             halt=None if r["halt"] is None else HaltReason(r["halt"]),
             retry=bool(r["retry"]),
             note=r["note"],
