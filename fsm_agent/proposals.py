@@ -103,6 +103,56 @@ def json_problem(value: Any) -> str | None:
     value can neither overflow the stack nor hang it.
 
     What passes is exactly what the journal keeps as is, and encodes without an error."""
+    if 0 <= _plain_size(value, 0) <= MAX_REPLY_CHARS:
+        return None  # plainly JSON data: the walk below finds no problem in it
+    return _walk_problem(value)
+
+
+#: How deep `_plain_size` looks (far below MAX_REPLY_DEPTH); deeper values are walked.
+_PLAIN_DEPTH = 16
+
+
+def _plain_size(value: Any, depth: int) -> int:
+    """The size `json_problem` counts for `value` (one per value, plus the characters of
+    its strings and keys) when it is plainly JSON data: exact built-in types only (no code
+    of the value's runs), nested at most `_PLAIN_DEPTH` deep, finite floats, integers of at
+    most `MAX_INT_BITS`, string keys. -1 for anything else, and once it is over
+    `MAX_REPLY_CHARS`: `_walk_problem` then says what is wrong, or that nothing is."""
+    cls = type(value)
+    if cls is str:
+        return 1 + len(value)
+    if value is None or cls is bool:
+        return 1
+    if cls is int:
+        return 1 if value.bit_length() <= MAX_INT_BITS else -1
+    if cls is float:
+        return 1 if math.isfinite(value) else -1
+    if depth >= _PLAIN_DEPTH or (cls is not dict and cls is not list and cls is not tuple):
+        return -1
+    if len(value) > MAX_REPLY_CHARS:
+        return -1
+    size = 1
+    if cls is dict:
+        for key, item in value.items():
+            inner = _plain_size(item, depth + 1)
+            if type(key) is not str or inner < 0:
+                return -1
+            size += len(key) + inner
+            if size > MAX_REPLY_CHARS:
+                return -1
+        return size
+    for item in value:
+        inner = _plain_size(item, depth + 1)
+        if inner < 0:
+            return -1
+        size += inner
+        if size > MAX_REPLY_CHARS:
+            return -1
+    return size
+
+
+def _walk_problem(value: Any) -> str | None:
+    """`json_problem`'s exact walk, for any value."""
     too_large = f"is larger than {MAX_REPLY_CHARS} characters"
     budget = MAX_REPLY_CHARS
     levels: list[Iterator[Any]] = [iter((value,))]
