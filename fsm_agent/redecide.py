@@ -71,6 +71,15 @@ def _same_proposal(a: Proposal | None, b: Proposal | None) -> bool:
     return a == b
 
 
+@attrs.frozen
+class _Seen:
+    """A cached comparison, holding the values its identity key names (so they stay alive)."""
+
+    recorded: tuple[GuardResult, ...]
+    recomputed: tuple[GuardResult, ...]
+    checks: tuple[GuardCheck, ...]
+
+
 class Replayer:
     def __init__(
         self, compiled: CompiledMachine, overrides: Mapping[str, Any], recorded: MachineSpec
@@ -90,19 +99,35 @@ class Replayer:
         #: guard checks already made, by (recorded, recomputed) results: a loop re-decides
         #: the same guards to the same results again and again
         self._checks: dict[tuple[tuple[GuardResult, ...], ...], tuple[GuardCheck, ...]] = {}
+        #: the same, found by identity first (see `guard_checks`)
+        self._seen: dict[tuple[int, tuple[int, ...]], _Seen] = {}
 
     def guard_checks(
         self, recorded: Iterable[GuardResult], recomputed: Iterable[GuardResult]
     ) -> tuple[GuardCheck, ...]:
         """Recorded and recomputed guard results side by side, matched by transition
-        identity (the same edge in both declarations), shown by this declaration's index."""
-        key = (tuple(recorded), tuple(recomputed))
+        identity (the same edge in both declarations), shown by this declaration's index.
+
+        Found by identity first: decoded guard columns are shared per text, and a decision
+        logs the compiled machine's own result values. An entry holds the values its ids
+        name, so while it is cached no other value can have those ids."""
+        if type(recorded) is not tuple:
+            recorded = tuple(recorded)
+        if type(recomputed) is not tuple:
+            recomputed = tuple(recomputed)
+        seen = self._seen.get((id(recorded), tuple(map(id, recomputed))))
+        if seen is not None:
+            return seen.checks
+        key = (recorded, recomputed)
         found = self._checks.get(key)
         if found is None:
-            found = self._guard_checks(*key)
+            found = self._guard_checks(recorded, recomputed)
             if len(self._checks) >= 4096:
                 self._checks.clear()
             self._checks[key] = found
+        if len(self._seen) >= 4096:
+            self._seen.clear()
+        self._seen[(id(recorded), tuple(map(id, recomputed)))] = _Seen(recorded, recomputed, found)
         return found
 
     def _guard_checks(
@@ -274,9 +299,13 @@ def _judge(
     )
 
 
+def _meter(snap: Snapshot) -> HaltReason | None:
+    """The meter that trips on `snap` (what a budget halt out of its state is)."""
+    return tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
+
+
 def redecide(r: Replayer, event: Event) -> StepReport:
     snap = r.snapshot(event)
-    meter = tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
     if event.kind == "started":
         if event.dest != r.spec.initial:
             return StepReport(
@@ -320,9 +349,11 @@ def redecide(r: Replayer, event: Event) -> StepReport:
             detail=None if refused else "the halt lane is accepted now",
         )
     if event.trigger == "budget":
-        return _judge(r, event, snap, r.compiled.check_budget(event.source, snap), None, meter)
+        budget = r.compiled.check_budget(event.source, snap)
+        return _judge(r, event, snap, budget, None, _meter(snap))
     budget = r.compiled.check_budget(event.source, snap)  # after the action: time and money
     if budget.transition is not None:
+        meter = _meter(snap)
         return StepReport(
             **_step_base(event, snap),
             verdict="halted_earlier",
