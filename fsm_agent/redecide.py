@@ -72,12 +72,17 @@ def _same_proposal(a: Proposal | None, b: Proposal | None) -> bool:
 
 
 @attrs.frozen
-class _Seen:
-    """A cached comparison, holding the values its identity key names (so they stay alive)."""
+class Comparison:
+    """Recorded guard results against recomputed ones: side by side (`checks`), whether
+    they differ as `Replayer.differs` judges, and whether both trip alike (a budget check's
+    `budget_tripped` results). It holds the values it compares, so while it is cached by
+    their identities no other value can have those ids."""
 
     recorded: tuple[GuardResult, ...]
     recomputed: tuple[GuardResult, ...]
     checks: tuple[GuardCheck, ...]
+    differs: bool
+    same_trip: bool
 
 
 class Replayer:
@@ -96,39 +101,54 @@ class Replayer:
         self.index_of = {v: k for k, v in self.ids.items()}
         self.recorded_index_of = {v: k for k, v in self.recorded_ids.items()}
         self.states = {s.name: s for s in self.spec.states}
-        #: guard checks already made, by (recorded, recomputed) results: a loop re-decides
+        #: comparisons already made, by (recorded, recomputed) results: a loop re-decides
         #: the same guards to the same results again and again
-        self._checks: dict[tuple[tuple[GuardResult, ...], ...], tuple[GuardCheck, ...]] = {}
-        #: the same, found by identity first (see `guard_checks`)
-        self._seen: dict[tuple[int, tuple[int, ...]], _Seen] = {}
+        self._checks: dict[tuple[tuple[GuardResult, ...], ...], Comparison] = {}
+        #: the same, found by identity first (see `compare`)
+        self._seen: dict[tuple[int, tuple[int, ...]], Comparison] = {}
 
     def guard_checks(
         self, recorded: Iterable[GuardResult], recomputed: Iterable[GuardResult]
     ) -> tuple[GuardCheck, ...]:
         """Recorded and recomputed guard results side by side, matched by transition
-        identity (the same edge in both declarations), shown by this declaration's index.
+        identity (the same edge in both declarations), shown by this declaration's index."""
+        return self.compare(recorded, recomputed).checks
 
-        Found by identity first: decoded guard columns are shared per text, and a decision
-        logs the compiled machine's own result values. An entry holds the values its ids
-        name, so while it is cached no other value can have those ids."""
+    def compare(
+        self, recorded: Iterable[GuardResult], recomputed: Iterable[GuardResult]
+    ) -> Comparison:
+        """The comparison of recorded and recomputed guard results (see `Comparison`).
+
+        Found by identity first (decoded guard columns are shared per text, and a decision
+        logs the compiled machine's own result values), then by value."""
         if type(recorded) is not tuple:
             recorded = tuple(recorded)
         if type(recomputed) is not tuple:
             recomputed = tuple(recomputed)
-        seen = self._seen.get((id(recorded), tuple(map(id, recomputed))))
-        if seen is not None:
-            return seen.checks
+        ids = (id(recorded), tuple(map(id, recomputed)))
+        found = self._seen.get(ids)
+        if found is not None:
+            return found
         key = (recorded, recomputed)
         found = self._checks.get(key)
         if found is None:
-            found = self._guard_checks(recorded, recomputed)
+            found = self._compare(recorded, recomputed)
             if len(self._checks) >= 4096:
                 self._checks.clear()
             self._checks[key] = found
+        elif found.recorded is not recorded or found.recomputed is not recomputed:
+            found = attrs.evolve(found, recorded=recorded, recomputed=recomputed)
         if len(self._seen) >= 4096:
             self._seen.clear()
-        self._seen[(id(recorded), tuple(map(id, recomputed)))] = _Seen(recorded, recomputed, found)
+        self._seen[ids] = found
         return found
+
+    def _compare(
+        self, recorded: tuple[GuardResult, ...], recomputed: tuple[GuardResult, ...]
+    ) -> Comparison:
+        checks = self._guard_checks(recorded, recomputed)
+        same_trip = _tripped(recorded) == _tripped(recomputed)
+        return Comparison(recorded, recomputed, checks, self.differs(checks), same_trip)
 
     def _guard_checks(
         self, recorded: tuple[GuardResult, ...], recomputed: tuple[GuardResult, ...]
@@ -236,7 +256,8 @@ def _judge(
     reason it would trip), with what the journal recorded."""
     base = _step_base(event, snap)
     chosen = decision.transition
-    guards = r.guard_checks(event.guards, decision.guards)
+    compared = r.compare(event.guards, decision.guards)
+    guards = compared.checks
     if chosen is None:
         return StepReport(
             **base,
@@ -267,7 +288,7 @@ def _judge(
             recomputed_halt=halt,
             detail=detail,
         )
-    if r.differs(guards):
+    if compared.differs:
         return StepReport(
             **base,
             verdict="diverged",
@@ -276,18 +297,14 @@ def _judge(
             recomputed_halt=halt,
             detail="guard results differ",
         )
-    entering = None if check is None else r.guard_checks(event.check, check[0].guards)
-    if (
-        check is not None
-        and entering is not None
-        and (r.differs(entering) or _tripped(check[0].guards) != _tripped(event.check))
-    ):
+    entering = None if check is None else r.compare(event.check, check[0].guards)
+    if check is not None and entering is not None and (entering.differs or not entering.same_trip):
         tripped = check[0].transition
         fired = tripped is not None
         return StepReport(
             **base,
             verdict="halted_earlier" if fired else "needs_facts",
-            guards=guards + entering,
+            guards=guards + entering.checks,
             recomputed_dest=tripped.dest if tripped is not None else chosen.dest,
             recomputed_halt=check[1] if fired else None,
             detail=f"the budget check on entering {chosen.dest!r} now "
@@ -315,8 +332,9 @@ def redecide(r: Replayer, event: Event) -> StepReport:
                 f" {event.dest!r}",
             )
         first = r.compiled.check_budget(event.dest, snap)
-        checks = r.guard_checks(event.check, first.guards)
-        same = not r.differs(checks) and _tripped(first.guards) == _tripped(event.check)
+        compared = r.compare(event.check, first.guards)
+        checks = compared.checks
+        same = not compared.differs and compared.same_trip
         return StepReport(
             **_step_base(event, snap),
             verdict="match" if same else "diverged",

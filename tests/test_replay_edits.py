@@ -5,7 +5,9 @@ path gives it, and the edits that change a decision are caught at the edited eve
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -96,8 +98,8 @@ def _exact(run: RunRow, events: list[Event], monkeypatch: pytest.MonkeyPatch) ->
     with monkeypatch.context() as m:
         m.setattr(
             redecide_module.Replayer,
-            "guard_checks",
-            lambda self, rec, now: self._guard_checks(tuple(rec), tuple(now)),
+            "compare",
+            lambda self, rec, now: self._compare(tuple(rec), tuple(now)),
         )
         m.setattr(proposals, "_plain_size", lambda value, depth: -1)
         return replay_events(run, events)
@@ -124,6 +126,23 @@ def test_every_edit_gets_the_exact_paths_verdict(
             caught[name] = caught.get(name, 0) + 1
     # every kind of edit changes some decision, and is caught at the event it edits
     assert set(caught) == set(EDITS), caught
+
+
+#: Every edit's verdict, as replay gave it before its shortcuts: [edit, edited seq,
+#: counterfactual (max_steps 3), ok, seq of the last step, its verdict, summary].
+VERDICTS = Path(__file__).with_name("replay_edits_verdicts.json")
+
+
+def test_every_edit_gets_the_verdict_it_always_got(journaled: tuple[RunRow, list[Event]]) -> None:
+    run, events = journaled
+    got = []
+    for budgets in (None, {"max_steps": 3}):
+        for name, seq, edited in _edited(events):
+            report = replay_events(run, edited, budgets=budgets)
+            last = report.steps[-1]
+            summary = report.summary.replace(run.run_id, "<run>")
+            got.append([name, seq, budgets is not None, report.ok, last.seq, last.verdict, summary])
+    assert got == json.loads(VERDICTS.read_text(encoding="utf-8"))
 
 
 def test_a_flipped_guard_late_in_a_loop_is_caught(journaled: tuple[RunRow, list[Event]]) -> None:
