@@ -34,6 +34,7 @@ MAX_DETAIL_CHARS = 300
 #: Keys a reply may carry beside its one proposal; recorded, never obeyed.
 IGNORED_KEYS = frozenset({"done"})
 _PROPOSAL_KEYS = ("tool_call", "answer", "handoff")
+_TOOL_CALL_KEYS = frozenset({"name", "args"})
 
 
 @attrs.frozen
@@ -255,6 +256,8 @@ def _parse(raw: Any, *, step: int, max_steps: int, plain: bool = False) -> Propo
 
 
 def _from_object(reply: dict[str, Any], *, step: int, max_steps: int) -> Proposal:
+    if len(reply) == 1 and "tool_call" in reply:  # the common reply: nothing else to sort out
+        return _tool_call(reply["tool_call"], (), step=step, max_steps=max_steps)
     ignored = tuple(sorted(k for k in reply if k in IGNORED_KEYS))
     present = [k for k in _PROPOSAL_KEYS if k in reply]
     unknown = sorted(set(reply) - set(_PROPOSAL_KEYS) - IGNORED_KEYS)
@@ -286,7 +289,7 @@ def _tool_call(body: Any, ignored: tuple[str, ...], *, step: int, max_steps: int
     args = body.get("args", {})
     if not isinstance(args, dict):
         return _schema("tool_call.args must be a JSON object")
-    extra = sorted(set(body) - {"name", "args"})
+    extra = () if body.keys() <= _TOOL_CALL_KEYS else sorted(set(body) - _TOOL_CALL_KEYS)
     if extra:
         return _schema(f"unknown key(s) in tool_call: {', '.join(map(repr, extra))}")
     if step > max_steps:

@@ -239,6 +239,28 @@ def _step_base(event: Event, snap: Snapshot) -> dict[str, Any]:
     }
 
 
+def _matched(
+    event: Event,
+    snap: Snapshot,
+    guards: tuple[GuardCheck, ...],
+    dest: str,
+    halt: HaltReason | None,
+) -> StepReport:
+    """The report of a transition re-decided as recorded: `_step_base` with verdict
+    "match", built positionally (in `StepReport`'s field order: the replay's common case)."""
+    facts = event.facts
+    reply = receipts = None
+    if facts is not None:
+        reply = facts.reply if facts.action == "model" else None
+        receipts = facts.tool.receipts if facts.tool is not None else None
+    meters = snap.meters
+    return StepReport(
+        event.seq, meters.steps_used, snap.budgets.max_steps, event.source, event.dest,
+        event.trigger, "match", event.halt, dest, halt, guards, meters, reply,
+        () if receipts is None else receipts, None, event.note,
+    )  # fmt: skip
+
+
 def _tripped(results: Iterable[GuardResult]) -> bool:
     """Whether a budget check (its `budget_tripped` results) tripped."""
     return any(g.result for g in results)
@@ -254,13 +276,12 @@ def _judge(
 ) -> StepReport:
     """Compare one recomputed decision, and the budget check on entering its dest (with the
     reason it would trip), with what the journal recorded."""
-    base = _step_base(event, snap)
     chosen = decision.transition
     compared = r.compare(event.guards, decision.guards)
     guards = compared.checks
     if chosen is None:
         return StepReport(
-            **base,
+            **_step_base(event, snap),
             verdict="needs_facts" if event.halt else "diverged",
             guards=guards,
             detail=f"no transition on {event.trigger!r} passes its guards now",
@@ -281,7 +302,7 @@ def _judge(
         if verdict == "needs_facts" and event.halt is None:
             detail += f" (what {chosen.dest!r} would have done next was never recorded)"
         return StepReport(
-            **base,
+            **_step_base(event, snap),
             verdict=verdict,
             guards=guards,
             recomputed_dest=chosen.dest,
@@ -290,7 +311,7 @@ def _judge(
         )
     if compared.differs:
         return StepReport(
-            **base,
+            **_step_base(event, snap),
             verdict="diverged",
             guards=guards,
             recomputed_dest=chosen.dest,
@@ -302,7 +323,7 @@ def _judge(
         tripped = check[0].transition
         fired = tripped is not None
         return StepReport(
-            **base,
+            **_step_base(event, snap),
             verdict="halted_earlier" if fired else "needs_facts",
             guards=guards + entering.checks,
             recomputed_dest=tripped.dest if tripped is not None else chosen.dest,
@@ -311,9 +332,7 @@ def _judge(
             + (f"trips ({check[1]})" if fired else "passes")
             + " (recorded the opposite)",
         )
-    return StepReport(
-        **base, verdict="match", guards=guards, recomputed_dest=chosen.dest, recomputed_halt=halt
-    )
+    return _matched(event, snap, guards, chosen.dest, halt)
 
 
 def _meter(snap: Snapshot) -> HaltReason | None:

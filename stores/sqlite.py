@@ -43,7 +43,6 @@ from stores.sqlite_schema import (
     INSERT_DECLARATION,
     INSERT_EVENT,
     INSERT_RUN,
-    READ_COLUMNS,
     SELECT_CHAIN,
     SELECT_EVENTS,
     SELECT_HEAD,
@@ -61,6 +60,16 @@ def _one_row(cursor: sqlite3.Cursor) -> None:
     """An UPDATE of a run that touched no row: the run is not in this journal."""
     if cursor.rowcount != 1:
         raise sqlite3.IntegrityError("no such run in this journal")
+
+
+class _Row(sqlite3.Row):
+    """A row read by column name, with `get` (what a corrupt row's message reads)."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except (IndexError, KeyError):
+            return default
 
 
 class SqliteStore:
@@ -318,9 +327,16 @@ class SqliteStore:
             raise self._error("the run has no events", run_id)
         return codec.event(rows[0], self._error)
 
-    def _event_rows(self, sql: str, run_id: str) -> list[dict[str, Any]]:
-        """Event rows as the mappings `codec.event` decodes (a plain cursor, `READ_COLUMNS`)."""
-        return [dict(zip(READ_COLUMNS, r, strict=True)) for r in self._tuples(sql, (run_id,))]
+    def _event_rows(self, sql: str, run_id: str) -> list[Any]:
+        """Event rows (`READ_COLUMNS`) as the mappings `codec.event` decodes, read by a plain
+        cursor: each row is looked up by column name, without building a dict per row."""
+
+        def query() -> list[Any]:
+            cursor = self.conn.cursor()
+            cursor.row_factory = _Row
+            return cursor.execute(sql, (run_id,)).fetchall()
+
+        return self._read(query)
 
     def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]:
         """A run's row, its events as stored (column text, not decoded) with their hashes,
