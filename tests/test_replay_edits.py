@@ -219,3 +219,26 @@ def test_json_problem_shortcut_on_sizes_and_subclasses() -> None:
         assert proposals.json_problem(value) == proposals._walk_problem(value)
     assert proposals.json_problem(["x" * (limit - 2)]) is None  # 1 + 1 + its characters
     assert proposals.json_problem(["x" * (limit - 1)]) is not None
+
+
+def test_a_matching_steps_report_is_the_one_built_by_name(
+    journaled: tuple[RunRow, list[Event]],
+) -> None:
+    """The common case's report (built positionally) holds each field where it belongs."""
+    run, events = journaled
+    report = replay_events(run, events)
+    matched = [s for s in report.steps if s.verdict == "match" and s.recomputed_dest]
+    assert len(matched) > 10
+    by_seq = {e.seq: e for e in events}
+    for step in matched:
+        event = by_seq[step.seq]
+        base = redecide_module._step_base(event, event.snapshot)
+        expected = redecide_module.StepReport(
+            **base,
+            verdict="match",
+            guards=step.guards,
+            recomputed_dest=step.recomputed_dest,
+            recomputed_halt=step.recomputed_halt,
+        )
+        assert step == expected
+        assert step.recomputed_dest == event.dest
