@@ -7,55 +7,20 @@ declaration may add, remove or reorder edges. `fsm_agent.replay` walks a run wit
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
-from fsm_agent.budgets import Meters, tripped_meter
+from fsm_agent.budgets import tripped_meter
 from fsm_agent.edges import EdgeId, edge_ids, keyed
 from fsm_agent.halt import IMPOSED, HaltReason
 from fsm_agent.journal import Event, GuardResult
 from fsm_agent.lanes import CONTROL_KEYS, halt_lane_refusal
 from fsm_agent.machine import CompiledMachine, Decision
 from fsm_agent.proposals import Proposal, Rejection, parse_reply
-from fsm_agent.receipts import Receipt
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec
-
-Verdict = Literal["match", "diverged", "external", "halted_earlier", "needs_facts"]
-
-
-@attrs.frozen
-class GuardCheck:
-    """One guard of one candidate transition: recorded vs recomputed (None: not evaluated)."""
-
-    transition: int
-    guard: str
-    recorded: bool | None
-    recomputed: bool | None
-
-
-@attrs.frozen
-class StepReport:
-    """One journaled transition, re-decided."""
-
-    seq: int
-    step: int
-    max_steps: int
-    source: str | None
-    dest: str
-    trigger: str | None
-    verdict: Verdict
-    recorded_halt: HaltReason | None = None
-    recomputed_dest: str | None = None
-    recomputed_halt: HaltReason | None = None
-    guards: tuple[GuardCheck, ...] = ()
-    meters: Meters | None = None
-    reply: Any = None
-    receipts: tuple[Receipt, ...] = ()
-    detail: str | None = None
-    #: what the journal noted beside the transition (a refused or grounded answer, an act)
-    note: str | None = None
+from fsm_agent.step_report import GuardCheck, StepReport, Verdict, matched_step, step_base
 
 
 def _index(edge: EdgeId | int, ids: Mapping[EdgeId, int], fallback: Mapping[EdgeId, int]) -> int:
@@ -221,46 +186,6 @@ class Replayer:
         return None
 
 
-def _step_base(event: Event, snap: Snapshot) -> dict[str, Any]:
-    facts = event.facts
-    tool = facts.tool if facts is not None else None
-    return {
-        "seq": event.seq,
-        "step": snap.meters.steps_used,
-        "max_steps": snap.budgets.max_steps,
-        "source": event.source,
-        "dest": event.dest,
-        "trigger": event.trigger,
-        "recorded_halt": event.halt,
-        "meters": snap.meters,
-        "reply": facts.reply if facts is not None and facts.action == "model" else None,
-        "receipts": tool.receipts if tool is not None else (),
-        "note": event.note,
-    }
-
-
-def _matched(
-    event: Event,
-    snap: Snapshot,
-    guards: tuple[GuardCheck, ...],
-    dest: str,
-    halt: HaltReason | None,
-) -> StepReport:
-    """The report of a transition re-decided as recorded: `_step_base` with verdict
-    "match", built positionally (in `StepReport`'s field order: the replay's common case)."""
-    facts = event.facts
-    reply = receipts = None
-    if facts is not None:
-        reply = facts.reply if facts.action == "model" else None
-        receipts = facts.tool.receipts if facts.tool is not None else None
-    meters = snap.meters
-    return StepReport(
-        event.seq, meters.steps_used, snap.budgets.max_steps, event.source, event.dest,
-        event.trigger, "match", event.halt, dest, halt, guards, meters, reply,
-        () if receipts is None else receipts, None, event.note,
-    )  # fmt: skip
-
-
 def _tripped(results: Iterable[GuardResult]) -> bool:
     """Whether a budget check (its `budget_tripped` results) tripped."""
     return any(g.result for g in results)
@@ -281,7 +206,7 @@ def _judge(
     guards = compared.checks
     if chosen is None:
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="needs_facts" if event.halt else "diverged",
             guards=guards,
             detail=f"no transition on {event.trigger!r} passes its guards now",
@@ -302,7 +227,7 @@ def _judge(
         if verdict == "needs_facts" and event.halt is None:
             detail += f" (what {chosen.dest!r} would have done next was never recorded)"
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict=verdict,
             guards=guards,
             recomputed_dest=chosen.dest,
@@ -311,7 +236,7 @@ def _judge(
         )
     if compared.differs:
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="diverged",
             guards=guards,
             recomputed_dest=chosen.dest,
@@ -323,7 +248,7 @@ def _judge(
         tripped = check[0].transition
         fired = tripped is not None
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="halted_earlier" if fired else "needs_facts",
             guards=guards + entering.checks,
             recomputed_dest=tripped.dest if tripped is not None else chosen.dest,
@@ -332,7 +257,7 @@ def _judge(
             + (f"trips ({check[1]})" if fired else "passes")
             + " (recorded the opposite)",
         )
-    return _matched(event, snap, guards, chosen.dest, halt)
+    return matched_step(event, snap, guards, chosen.dest, halt)
 
 
 def _meter(snap: Snapshot) -> HaltReason | None:
@@ -345,7 +270,7 @@ def redecide(r: Replayer, event: Event) -> StepReport:
     if event.kind == "started":
         if event.dest != r.spec.initial:
             return StepReport(
-                **_step_base(event, snap),
+                **step_base(event, snap),
                 verdict="diverged",
                 detail=f"this declaration starts in {r.spec.initial!r}; the run started in"
                 f" {event.dest!r}",
@@ -355,24 +280,24 @@ def redecide(r: Replayer, event: Event) -> StepReport:
         checks = compared.checks
         same = not compared.differs and compared.same_trip
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="match" if same else "diverged",
             guards=checks,
             detail=None if same else "the start-of-run budget check differs",
         )
     if event.kind in ("operator", "resumed"):  # a person's act, a take-over: recorded facts
-        return StepReport(**_step_base(event, snap), verdict="external", detail=event.note)
+        return StepReport(**step_base(event, snap), verdict="external", detail=event.note)
     assert event.source is not None  # noqa: S101 - only the started event has no source
     if not r.has_state(event.source):
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="needs_facts",
             detail=f"the run was in state {event.source!r}, which this declaration does not have",
         )
     imposed = event.halt in IMPOSED and not r.spec.candidates(event.source, event.trigger or "")
     if imposed:  # a signal, an error, a routing freeze: facts, not decisions to re-make
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="external",
             recomputed_halt=event.halt,
             detail=f"imposed from outside the machine: {event.note}",
@@ -380,7 +305,7 @@ def redecide(r: Replayer, event: Event) -> StepReport:
     if event.halt is HaltReason.HALT_PATH_REFUSED and event.trigger == "refused":
         refused = any(halt_lane_refusal(snap.control, k, snap.halt_lane) for k in CONTROL_KEYS)
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="match" if refused else "diverged",
             recomputed_halt=HaltReason.HALT_PATH_REFUSED if refused else None,
             detail=None if refused else "the halt lane is accepted now",
@@ -392,7 +317,7 @@ def redecide(r: Replayer, event: Event) -> StepReport:
     if budget.transition is not None:
         meter = _meter(snap)
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="halted_earlier",
             recomputed_dest=budget.transition.dest,
             recomputed_halt=meter,
@@ -400,12 +325,12 @@ def redecide(r: Replayer, event: Event) -> StepReport:
             detail=f"the {meter.value if meter else 'budget'} meter trips first",
         )
     if (mismatch := r.reparse(event, snap)) is not None:
-        return StepReport(**_step_base(event, snap), verdict="diverged", detail=mismatch)
+        return StepReport(**step_base(event, snap), verdict="diverged", detail=mismatch)
     decision = r.compiled.decide(event.source, event.trigger or "", snap)
     if event.halt is HaltReason.NO_TRANSITION:
         ok = decision.transition is None
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="match" if ok else "diverged",
             guards=r.guard_checks(event.guards, decision.guards),
             recomputed_halt=HaltReason.NO_TRANSITION if ok else None,

@@ -27,9 +27,10 @@ from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import Event, RunRow
 from fsm_agent.machine import compile_machine
-from fsm_agent.redecide import GuardCheck, Replayer, StepReport, Verdict, redecide
+from fsm_agent.redecide import Replayer, redecide
 from fsm_agent.snapshot import SUCCESS_RULES
 from fsm_agent.spec import MachineSpec, parse_machine
+from fsm_agent.step_report import GuardCheck, StepReport, Verdict
 
 __all__ = [
     "GuardCheck",

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import fsm_agent.proposals as proposals
 import fsm_agent.redecide as redecide_module
+import fsm_agent.step_report as step_report
 from fsm_agent.journal import Event, GuardResult, RunRow
 from fsm_agent.replay import ReplayReport, replay_events
 from stores.sqlite import SqliteStore
@@ -232,8 +233,8 @@ def test_a_matching_steps_report_is_the_one_built_by_name(
     by_seq = {e.seq: e for e in events}
     for step in matched:
         event = by_seq[step.seq]
-        base = redecide_module._step_base(event, event.snapshot)
-        expected = redecide_module.StepReport(
+        base = step_report.step_base(event, event.snapshot)
+        expected = step_report.StepReport(
             **base,
             verdict="match",
             guards=step.guards,
