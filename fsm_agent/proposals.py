@@ -34,6 +34,7 @@ MAX_DETAIL_CHARS = 300
 #: Keys a reply may carry beside its one proposal; recorded, never obeyed.
 IGNORED_KEYS = frozenset({"done"})
 _PROPOSAL_KEYS = ("tool_call", "answer", "handoff")
+_TOOL_CALL_KEYS = frozenset({"name", "args"})
 
 
 @attrs.frozen
@@ -103,6 +104,56 @@ def json_problem(value: Any) -> str | None:
     value can neither overflow the stack nor hang it.
 
     What passes is exactly what the journal keeps as is, and encodes without an error."""
+    if 0 <= _plain_size(value, 0) <= MAX_REPLY_CHARS:
+        return None  # plainly JSON data: the walk below finds no problem in it
+    return _walk_problem(value)
+
+
+#: How deep `_plain_size` looks (far below MAX_REPLY_DEPTH); deeper values are walked.
+_PLAIN_DEPTH = 16
+
+
+def _plain_size(value: Any, depth: int) -> int:
+    """The size `json_problem` counts for `value` (one per value, plus the characters of
+    its strings and keys) when it is plainly JSON data: exact built-in types only (no code
+    of the value's runs), nested at most `_PLAIN_DEPTH` deep, finite floats, integers of at
+    most `MAX_INT_BITS`, string keys. -1 for anything else, and once it is over
+    `MAX_REPLY_CHARS`: `_walk_problem` then says what is wrong, or that nothing is."""
+    cls = type(value)
+    if cls is str:
+        return 1 + len(value)
+    if value is None or cls is bool:
+        return 1
+    if cls is int:
+        return 1 if value.bit_length() <= MAX_INT_BITS else -1
+    if cls is float:
+        return 1 if math.isfinite(value) else -1
+    if depth >= _PLAIN_DEPTH or (cls is not dict and cls is not list and cls is not tuple):
+        return -1
+    if len(value) > MAX_REPLY_CHARS:
+        return -1
+    size = 1
+    if cls is dict:
+        for key, item in value.items():
+            inner = _plain_size(item, depth + 1)
+            if type(key) is not str or inner < 0:
+                return -1
+            size += len(key) + inner
+            if size > MAX_REPLY_CHARS:
+                return -1
+        return size
+    for item in value:
+        inner = _plain_size(item, depth + 1)
+        if inner < 0:
+            return -1
+        size += inner
+        if size > MAX_REPLY_CHARS:
+            return -1
+    return size
+
+
+def _walk_problem(value: Any) -> str | None:
+    """`json_problem`'s exact walk, for any value."""
     too_large = f"is larger than {MAX_REPLY_CHARS} characters"
     budget = MAX_REPLY_CHARS
     levels: list[Iterator[Any]] = [iter((value,))]
@@ -205,6 +256,8 @@ def _parse(raw: Any, *, step: int, max_steps: int, plain: bool = False) -> Propo
 
 
 def _from_object(reply: dict[str, Any], *, step: int, max_steps: int) -> Proposal:
+    if len(reply) == 1 and "tool_call" in reply:  # the common reply: nothing else to sort out
+        return _tool_call(reply["tool_call"], (), step=step, max_steps=max_steps)
     ignored = tuple(sorted(k for k in reply if k in IGNORED_KEYS))
     present = [k for k in _PROPOSAL_KEYS if k in reply]
     unknown = sorted(set(reply) - set(_PROPOSAL_KEYS) - IGNORED_KEYS)
@@ -236,7 +289,7 @@ def _tool_call(body: Any, ignored: tuple[str, ...], *, step: int, max_steps: int
     args = body.get("args", {})
     if not isinstance(args, dict):
         return _schema("tool_call.args must be a JSON object")
-    extra = sorted(set(body) - {"name", "args"})
+    extra = () if body.keys() <= _TOOL_CALL_KEYS else sorted(set(body) - _TOOL_CALL_KEYS)
     if extra:
         return _schema(f"unknown key(s) in tool_call: {', '.join(map(repr, extra))}")
     if step > max_steps:

@@ -7,55 +7,20 @@ declaration may add, remove or reorder edges. `fsm_agent.replay` walks a run wit
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
-from fsm_agent.budgets import Meters, tripped_meter
+from fsm_agent.budgets import tripped_meter
 from fsm_agent.edges import EdgeId, edge_ids, keyed
 from fsm_agent.halt import IMPOSED, HaltReason
 from fsm_agent.journal import Event, GuardResult
 from fsm_agent.lanes import CONTROL_KEYS, halt_lane_refusal
 from fsm_agent.machine import CompiledMachine, Decision
 from fsm_agent.proposals import Proposal, Rejection, parse_reply
-from fsm_agent.receipts import Receipt
 from fsm_agent.snapshot import Snapshot
 from fsm_agent.spec import MachineSpec
-
-Verdict = Literal["match", "diverged", "external", "halted_earlier", "needs_facts"]
-
-
-@attrs.frozen
-class GuardCheck:
-    """One guard of one candidate transition: recorded vs recomputed (None: not evaluated)."""
-
-    transition: int
-    guard: str
-    recorded: bool | None
-    recomputed: bool | None
-
-
-@attrs.frozen
-class StepReport:
-    """One journaled transition, re-decided."""
-
-    seq: int
-    step: int
-    max_steps: int
-    source: str | None
-    dest: str
-    trigger: str | None
-    verdict: Verdict
-    recorded_halt: HaltReason | None = None
-    recomputed_dest: str | None = None
-    recomputed_halt: HaltReason | None = None
-    guards: tuple[GuardCheck, ...] = ()
-    meters: Meters | None = None
-    reply: Any = None
-    receipts: tuple[Receipt, ...] = ()
-    detail: str | None = None
-    #: what the journal noted beside the transition (a refused or grounded answer, an act)
-    note: str | None = None
+from fsm_agent.step_report import GuardCheck, StepReport, Verdict, matched_step, step_base
 
 
 def _index(edge: EdgeId | int, ids: Mapping[EdgeId, int], fallback: Mapping[EdgeId, int]) -> int:
@@ -69,6 +34,20 @@ def _same_proposal(a: Proposal | None, b: Proposal | None) -> bool:
     if isinstance(a, Rejection) and isinstance(b, Rejection):
         return a.kind == b.kind
     return a == b
+
+
+@attrs.frozen
+class Comparison:
+    """Recorded guard results against recomputed ones: side by side (`checks`), whether
+    they differ as `Replayer.differs` judges, and whether both trip alike (a budget check's
+    `budget_tripped` results). It holds the values it compares, so while it is cached by
+    their identities no other value can have those ids."""
+
+    recorded: tuple[GuardResult, ...]
+    recomputed: tuple[GuardResult, ...]
+    checks: tuple[GuardCheck, ...]
+    differs: bool
+    same_trip: bool
 
 
 class Replayer:
@@ -87,23 +66,54 @@ class Replayer:
         self.index_of = {v: k for k, v in self.ids.items()}
         self.recorded_index_of = {v: k for k, v in self.recorded_ids.items()}
         self.states = {s.name: s for s in self.spec.states}
-        #: guard checks already made, by (recorded, recomputed) results: a loop re-decides
+        #: comparisons already made, by (recorded, recomputed) results: a loop re-decides
         #: the same guards to the same results again and again
-        self._checks: dict[tuple[tuple[GuardResult, ...], ...], tuple[GuardCheck, ...]] = {}
+        self._checks: dict[tuple[tuple[GuardResult, ...], ...], Comparison] = {}
+        #: the same, found by identity first (see `compare`)
+        self._seen: dict[tuple[int, tuple[int, ...]], Comparison] = {}
 
     def guard_checks(
         self, recorded: Iterable[GuardResult], recomputed: Iterable[GuardResult]
     ) -> tuple[GuardCheck, ...]:
         """Recorded and recomputed guard results side by side, matched by transition
         identity (the same edge in both declarations), shown by this declaration's index."""
-        key = (tuple(recorded), tuple(recomputed))
+        return self.compare(recorded, recomputed).checks
+
+    def compare(
+        self, recorded: Iterable[GuardResult], recomputed: Iterable[GuardResult]
+    ) -> Comparison:
+        """The comparison of recorded and recomputed guard results (see `Comparison`).
+
+        Found by identity first (decoded guard columns are shared per text, and a decision
+        logs the compiled machine's own result values), then by value."""
+        if type(recorded) is not tuple:
+            recorded = tuple(recorded)
+        if type(recomputed) is not tuple:
+            recomputed = tuple(recomputed)
+        ids = (id(recorded), tuple(map(id, recomputed)))
+        found = self._seen.get(ids)
+        if found is not None:
+            return found
+        key = (recorded, recomputed)
         found = self._checks.get(key)
         if found is None:
-            found = self._guard_checks(*key)
+            found = self._compare(recorded, recomputed)
             if len(self._checks) >= 4096:
                 self._checks.clear()
             self._checks[key] = found
+        elif found.recorded is not recorded or found.recomputed is not recomputed:
+            found = attrs.evolve(found, recorded=recorded, recomputed=recomputed)
+        if len(self._seen) >= 4096:
+            self._seen.clear()
+        self._seen[ids] = found
         return found
+
+    def _compare(
+        self, recorded: tuple[GuardResult, ...], recomputed: tuple[GuardResult, ...]
+    ) -> Comparison:
+        checks = self._guard_checks(recorded, recomputed)
+        same_trip = _tripped(recorded) == _tripped(recomputed)
+        return Comparison(recorded, recomputed, checks, self.differs(checks), same_trip)
 
     def _guard_checks(
         self, recorded: tuple[GuardResult, ...], recomputed: tuple[GuardResult, ...]
@@ -176,24 +186,6 @@ class Replayer:
         return None
 
 
-def _step_base(event: Event, snap: Snapshot) -> dict[str, Any]:
-    facts = event.facts
-    tool = facts.tool if facts is not None else None
-    return {
-        "seq": event.seq,
-        "step": snap.meters.steps_used,
-        "max_steps": snap.budgets.max_steps,
-        "source": event.source,
-        "dest": event.dest,
-        "trigger": event.trigger,
-        "recorded_halt": event.halt,
-        "meters": snap.meters,
-        "reply": facts.reply if facts is not None and facts.action == "model" else None,
-        "receipts": tool.receipts if tool is not None else (),
-        "note": event.note,
-    }
-
-
 def _tripped(results: Iterable[GuardResult]) -> bool:
     """Whether a budget check (its `budget_tripped` results) tripped."""
     return any(g.result for g in results)
@@ -209,12 +201,12 @@ def _judge(
 ) -> StepReport:
     """Compare one recomputed decision, and the budget check on entering its dest (with the
     reason it would trip), with what the journal recorded."""
-    base = _step_base(event, snap)
     chosen = decision.transition
-    guards = r.guard_checks(event.guards, decision.guards)
+    compared = r.compare(event.guards, decision.guards)
+    guards = compared.checks
     if chosen is None:
         return StepReport(
-            **base,
+            **step_base(event, snap),
             verdict="needs_facts" if event.halt else "diverged",
             guards=guards,
             detail=f"no transition on {event.trigger!r} passes its guards now",
@@ -235,78 +227,77 @@ def _judge(
         if verdict == "needs_facts" and event.halt is None:
             detail += f" (what {chosen.dest!r} would have done next was never recorded)"
         return StepReport(
-            **base,
+            **step_base(event, snap),
             verdict=verdict,
             guards=guards,
             recomputed_dest=chosen.dest,
             recomputed_halt=halt,
             detail=detail,
         )
-    if r.differs(guards):
+    if compared.differs:
         return StepReport(
-            **base,
+            **step_base(event, snap),
             verdict="diverged",
             guards=guards,
             recomputed_dest=chosen.dest,
             recomputed_halt=halt,
             detail="guard results differ",
         )
-    entering = None if check is None else r.guard_checks(event.check, check[0].guards)
-    if (
-        check is not None
-        and entering is not None
-        and (r.differs(entering) or _tripped(check[0].guards) != _tripped(event.check))
-    ):
+    entering = None if check is None else r.compare(event.check, check[0].guards)
+    if check is not None and entering is not None and (entering.differs or not entering.same_trip):
         tripped = check[0].transition
         fired = tripped is not None
         return StepReport(
-            **base,
+            **step_base(event, snap),
             verdict="halted_earlier" if fired else "needs_facts",
-            guards=guards + entering,
+            guards=guards + entering.checks,
             recomputed_dest=tripped.dest if tripped is not None else chosen.dest,
             recomputed_halt=check[1] if fired else None,
             detail=f"the budget check on entering {chosen.dest!r} now "
             + (f"trips ({check[1]})" if fired else "passes")
             + " (recorded the opposite)",
         )
-    return StepReport(
-        **base, verdict="match", guards=guards, recomputed_dest=chosen.dest, recomputed_halt=halt
-    )
+    return matched_step(event, snap, guards, chosen.dest, halt)
+
+
+def _meter(snap: Snapshot) -> HaltReason | None:
+    """The meter that trips on `snap` (what a budget halt out of its state is)."""
+    return tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
 
 
 def redecide(r: Replayer, event: Event) -> StepReport:
     snap = r.snapshot(event)
-    meter = tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
     if event.kind == "started":
         if event.dest != r.spec.initial:
             return StepReport(
-                **_step_base(event, snap),
+                **step_base(event, snap),
                 verdict="diverged",
                 detail=f"this declaration starts in {r.spec.initial!r}; the run started in"
                 f" {event.dest!r}",
             )
         first = r.compiled.check_budget(event.dest, snap)
-        checks = r.guard_checks(event.check, first.guards)
-        same = not r.differs(checks) and _tripped(first.guards) == _tripped(event.check)
+        compared = r.compare(event.check, first.guards)
+        checks = compared.checks
+        same = not compared.differs and compared.same_trip
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="match" if same else "diverged",
             guards=checks,
             detail=None if same else "the start-of-run budget check differs",
         )
     if event.kind in ("operator", "resumed"):  # a person's act, a take-over: recorded facts
-        return StepReport(**_step_base(event, snap), verdict="external", detail=event.note)
+        return StepReport(**step_base(event, snap), verdict="external", detail=event.note)
     assert event.source is not None  # noqa: S101 - only the started event has no source
     if not r.has_state(event.source):
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="needs_facts",
             detail=f"the run was in state {event.source!r}, which this declaration does not have",
         )
     imposed = event.halt in IMPOSED and not r.spec.candidates(event.source, event.trigger or "")
     if imposed:  # a signal, an error, a routing freeze: facts, not decisions to re-make
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="external",
             recomputed_halt=event.halt,
             detail=f"imposed from outside the machine: {event.note}",
@@ -314,17 +305,19 @@ def redecide(r: Replayer, event: Event) -> StepReport:
     if event.halt is HaltReason.HALT_PATH_REFUSED and event.trigger == "refused":
         refused = any(halt_lane_refusal(snap.control, k, snap.halt_lane) for k in CONTROL_KEYS)
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="match" if refused else "diverged",
             recomputed_halt=HaltReason.HALT_PATH_REFUSED if refused else None,
             detail=None if refused else "the halt lane is accepted now",
         )
     if event.trigger == "budget":
-        return _judge(r, event, snap, r.compiled.check_budget(event.source, snap), None, meter)
+        budget = r.compiled.check_budget(event.source, snap)
+        return _judge(r, event, snap, budget, None, _meter(snap))
     budget = r.compiled.check_budget(event.source, snap)  # after the action: time and money
     if budget.transition is not None:
+        meter = _meter(snap)
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="halted_earlier",
             recomputed_dest=budget.transition.dest,
             recomputed_halt=meter,
@@ -332,12 +325,12 @@ def redecide(r: Replayer, event: Event) -> StepReport:
             detail=f"the {meter.value if meter else 'budget'} meter trips first",
         )
     if (mismatch := r.reparse(event, snap)) is not None:
-        return StepReport(**_step_base(event, snap), verdict="diverged", detail=mismatch)
+        return StepReport(**step_base(event, snap), verdict="diverged", detail=mismatch)
     decision = r.compiled.decide(event.source, event.trigger or "", snap)
     if event.halt is HaltReason.NO_TRANSITION:
         ok = decision.transition is None
         return StepReport(
-            **_step_base(event, snap),
+            **step_base(event, snap),
             verdict="match" if ok else "diverged",
             guards=r.guard_checks(event.guards, decision.guards),
             recomputed_halt=HaltReason.NO_TRANSITION if ok else None,

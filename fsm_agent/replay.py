@@ -13,6 +13,7 @@ alternative history leaves the recorded path, replay says so instead of inventin
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,9 +27,10 @@ from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import Event, RunRow
 from fsm_agent.machine import compile_machine
-from fsm_agent.redecide import GuardCheck, Replayer, StepReport, Verdict, redecide
+from fsm_agent.redecide import Replayer, redecide
 from fsm_agent.snapshot import SUCCESS_RULES
 from fsm_agent.spec import MachineSpec, parse_machine
+from fsm_agent.step_report import GuardCheck, StepReport, Verdict
 
 __all__ = [
     "GuardCheck",
@@ -81,16 +83,30 @@ def replay_events(
     recorded = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
     r = Replayer(compile_machine(spec), overrides, recorded)
     counterfactual = r.counterfactual or machine is not None
-    steps: list[StepReport] = []
-    for event in events:
-        report = redecide(r, event)
-        if not counterfactual and report.verdict in ("halted_earlier", "needs_facts"):
-            report = attrs.evolve(report, verdict="diverged")  # as recorded, any change is one
-        steps.append(report)
-        if report.verdict in ("diverged", "halted_earlier", "needs_facts"):
-            break
+    steps = _redecide_all(r, events, counterfactual)
     rules = events[0].snapshot.rules if events else SUCCESS_RULES
     return _conclude(run, spec, steps, counterfactual, rules)
+
+
+def _redecide_all(r: Replayer, events: Sequence[Event], counterfactual: bool) -> list[StepReport]:
+    """Every event re-decided, up to the first that leaves the recorded path."""
+    steps: list[StepReport] = []
+    # Re-deciding builds many small values that all live until the report: the cyclic GC
+    # only slows that down (as in decoding, `stores.codec.events`).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for event in events:
+            report = redecide(r, event)
+            if not counterfactual and report.verdict in ("halted_earlier", "needs_facts"):
+                report = attrs.evolve(report, verdict="diverged")  # as recorded, any change is one
+            steps.append(report)
+            if report.verdict in ("diverged", "halted_earlier", "needs_facts"):
+                break
+    finally:
+        if enabled:
+            gc.enable()
+    return steps
 
 
 def _conclude(

@@ -178,7 +178,11 @@ SELECT_HEAD = f"""
 INSERT_DECLARATION = """
     INSERT INTO declarations (sha256, name, text) VALUES (%s, %s, %s)
     ON CONFLICT (sha256) DO NOTHING"""
-SELECT_EVENTS = "SELECT * FROM events WHERE run_id = %s ORDER BY seq"
+#: The columns an event is decoded from (`stores.codec.event`): all but the chain's.
+SELECT_EVENTS = """
+    SELECT run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry, guards,
+           checks, snapshot, facts, note, control
+    FROM events WHERE run_id = %s ORDER BY seq"""
 INSERT_RUN = """
     INSERT INTO runs (run_id, machine, machine_sha256, machine_text, task, budgets, state, status,
                       halt_reason, steps_used, started_at, ended_at, record, pid, host, chain,

@@ -101,6 +101,13 @@ INSERT_EVENT = f"""
     INSERT INTO events ({_EVENT_COLUMNS})
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""  # noqa: S608
 SELECT_CHAIN = f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? ORDER BY seq"  # noqa: S608
+#: The columns an event is decoded from (`stores.codec.event`), in this order: every event
+#: column but the chain's (`prev_hash`, `hash`, `digest`), which only `SELECT_CHAIN` reads.
+READ_COLUMNS = (
+    "run_id", "seq", "kind", "at_ms", "wall_time", "source", "dest", "trigger", "halt",
+    "retry", "guards", "checks", "snapshot", "facts", "note", "control",
+)  # fmt: skip
+SELECT_EVENTS = f"SELECT {', '.join(READ_COLUMNS)} FROM events WHERE run_id = ?"  # noqa: S608
 #: A stored event hash as hex: `hash` (chain versions 1 and 2) or `digest` (version 3).
 _HEX = "CASE WHEN digest IS NULL THEN hash ELSE lower(hex(digest)) END"
 #: The newest event's hash (hex) of the run whose id is bound as `:run_id`.
