@@ -25,7 +25,7 @@ import attrs
 
 from fsm_agent import serde
 from fsm_agent.chain import ChainReport, Finding, verify_chain
-from fsm_agent.chain_hash import ChainLink, chain_version, event_columns
+from fsm_agent.chain_hash import ChainLink, base_of, chain_version, event_columns
 from fsm_agent.chain_key import key_from_env
 from fsm_agent.encoding import text_sha256, unencodable
 from fsm_agent.errors import InvalidInputError, JournalError, RunNotFound
@@ -272,8 +272,10 @@ def verify_run_file(
     events' bytes are re-encoded as a journal stores them, then hashed (a keyed run's with
     `key`, else the environment's: see `fsm_agent.chain_key`)."""
     hashes = (*run_file.chain, *[EventHash(None, None)] * len(run_file.events))
+    version = chain_version(run_file.run.chain)
+    base = base_of(run_file.events, version)
     links = [
-        ChainLink(e.seq, event_columns(e), h.prev_hash, h.hash)
+        ChainLink(e.seq, event_columns(e, version, base), h.prev_hash, h.hash)
         for e, h in zip(run_file.events, hashes, strict=False)
     ]
     if key is None:

@@ -153,6 +153,24 @@ def _compact_hook(cls: type) -> Callable[[Any], Any]:
 
 _compact_hooks: dict[type, Callable[[Any], Any]] = {}
 
+#: The compact form of a value of an attrs class (its generated encoder).
+compact_hook = _compact_hook
+#: What the journal's encoder makes of a value JSON has no form for (see `_default`).
+json_default = _default
+
+
+def encode_compact(data: Any) -> str:
+    """The stdlib's compact text of plain data (ASCII, no NaN): the journal's text before
+    chain version 4, and its text for what orjson does not take."""
+    return _encode_compact(data)
+
+
+def compact_default(value: Any) -> Any:
+    """The compact form of a field's default (an `attrs.Factory` is called)."""
+    if isinstance(value, attrs.Factory):  # type: ignore[arg-type]
+        value = value.factory()
+    return _compact.unstructure(value)
+
 
 def loads(text: str) -> Any:
     """A stored JSON text's value, exactly as `json.loads` reads it.
