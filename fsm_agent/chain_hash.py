@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -43,6 +43,7 @@ from fsm_agent import content, serde
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import Event, RunRow
 from fsm_agent.record import HaltRecord
+from fsm_agent.snapshot import Snapshot
 
 CHAIN_FORMAT: Final = "fsm-agent/chain/1"
 CHAIN_FORMAT_2: Final = "fsm-agent/chain/2"
@@ -149,13 +150,11 @@ def _digest(data: str, key: bytes | None) -> str:
     return hmac.new(key, raw, hashlib.sha256).hexdigest()
 
 
-def event_columns(
-    e: Event, version: int = 3, base: Mapping[str, Any] | None = None
-) -> tuple[Any, ...]:
+def event_columns(e: Event, version: int = 3, base: Snapshot | None = None) -> tuple[Any, ...]:
     """The stored columns of an event of a run in chain `version`, in schema order (run_id
     and seq first); a store keeps these exact values (and hashes them with `link_for`).
-    From version 4 the JSON columns are written against the run's `base`
-    (`content.base_form` of its seq-0 snapshot; None for that event itself)."""
+    From version 4 the JSON columns are written against the run's `base` (its seq-0
+    event's snapshot: `base_of`; None for that event itself)."""
     if version >= 4:
         return content.columns(e, None if e.seq == 0 else base)
     return (
@@ -178,12 +177,12 @@ def event_columns(
     )
 
 
-def base_of(events: Sequence[Event], version: int) -> Mapping[str, Any] | None:
+def base_of(events: Sequence[Event], version: int) -> Snapshot | None:
     """What a run's events are written against in chain `version` (see `event_columns`),
     from its events in order: its seq-0 event's snapshot from version 4, else None."""
     if version < 4 or not events or events[0].seq != 0:
         return None
-    return content.base_form(events[0].snapshot)
+    return events[0].snapshot
 
 
 def genesis(run: RunRow, key: bytes | None = None) -> str:

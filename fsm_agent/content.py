@@ -16,8 +16,9 @@ text of the JSON columns, which leaves out what the row or the run already says:
 
 The text is orjson's, where it is correct: a value orjson does not take (a non-string key,
 an integer beyond 64 bits, a lone surrogate, a type JSON has no form for) is written the way
-the journal always wrote it, and NaN and the infinities are refused as they always were. The
-text is a function of the value only: decoding it and writing the value again gives it back.
+the journal always wrote it (and marked by a trailing space where orjson cannot read it
+back), and NaN and the infinities are refused as they always were. The text is a function
+of the value only: decoding it and writing the value again gives it back.
 """
 
 from __future__ import annotations
@@ -48,12 +49,16 @@ _facts_form = serde.compact_hook(Facts)
 BASE_FIELDS: Final = frozenset(attrs.fields_dict(Snapshot)) - {
     "proposal", "tool", "unreceipted", "receipted", "meters"
 }  # fmt: skip
-#: the compact form of each snapshot field's default (written when the base differs)
-_DEFAULTS: Final = {
-    f.name: serde.compact_default(f.default)
-    for f in attrs.fields(Snapshot)
-    if f.default is not attrs.NOTHING
+#: What a later snapshot's fields are written against (`row_base`), over the run's base
+#: snapshot `b` and the row's own columns.
+_AGAINST: Final = {
+    **{name: f"b.{name}" for name in BASE_FIELDS},
+    "state": "source",
+    "outcome": "trigger",
+    "next_action": "None",
+    "clock_ms": "at_ms",
 }
+_snapshot_delta = serde.compact_delta(Snapshot, _AGAINST, "b, source, trigger, at_ms")
 
 
 def dumps(data: Any) -> str:
@@ -70,39 +75,42 @@ def dumps(data: Any) -> str:
 def _fallback(data: Any) -> str:
     """What orjson does not take: the stdlib's text (which refuses what the journal always
     refused), then orjson's text of what that text reads as where orjson takes it (so a
-    decoded value writes the same text again)."""
+    decoded value writes the same text again), else the stdlib's text and a space (which
+    orjson never writes: `loads` reads such a text with the stdlib)."""
     text = serde.encode_compact(data)
     try:
         return orjson.dumps(json.loads(text)).decode("utf-8")
     except orjson.JSONEncodeError:  # an integer beyond 64 bits, a lone surrogate
-        return text
+        return text + " "
+
+
+def loads(text: str) -> Any:
+    """The value of a text `dumps` wrote: orjson's own text by orjson (which reads back
+    the value it wrote), one ending in a space by the stdlib (orjson would read an integer
+    beyond 64 bits as a float)."""
+    if text[-1:] == " ":
+        return json.loads(text)
+    return orjson.loads(text)
 
 
 # --- write --------------------------------------------------------------------------------
 
 
-def base_form(snapshot: Snapshot) -> dict[str, Any]:
-    """A base snapshot's compact form, its `BASE_FIELDS` (what later snapshots are written
-    against)."""
-    return {k: v for k, v in _snapshot_form(snapshot).items() if k in BASE_FIELDS}
-
-
 def row_base(base: Mapping[str, Any], source: Any, trigger: Any, at_ms: Any) -> dict[str, Any]:
-    """What one later event's snapshot is written against: the run's base, and what the
-    row says itself (the state it left, the outcome that triggered it, its clock) or
-    usually holds (no next action)."""
+    """What one later event's snapshot is written against, as a reader restores it: the
+    run's base (its first snapshot's `BASE_FIELDS`), and what the row says itself (the
+    state it left, the outcome that triggered it, its clock) or usually holds (no next
+    action)."""
     return {**base, "state": source, "outcome": trigger, "next_action": None, "clock_ms": at_ms}
 
 
-def snapshot_data(snapshot: Snapshot, base: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The written form of `snapshot` against `base` (`row_base`; None: the base event)."""
-    form: dict[str, Any] = _snapshot_form(snapshot)
+def snapshot_data(e: Event, base: Snapshot | None) -> dict[str, Any]:
+    """The written form of `e`'s snapshot against its run's `base` snapshot (None: `e` is
+    the base event): each field that differs from what `row_base` restores, in declared
+    order (a field at its default where the base's is not: the default's compact form)."""
     if base is None:
-        return form
-    written = {k: v for k, v in form.items() if k not in base or base[k] != v}
-    for k in base.keys() - form.keys():
-        written[k] = _DEFAULTS[k]
-    return written
+        return _snapshot_form(e.snapshot)  # type: ignore[no-any-return]
+    return _snapshot_delta(e.snapshot, base, e.source, e.trigger, e.at_ms)  # type: ignore[no-any-return]
 
 
 def guards_data(guards: tuple[GuardResult, ...]) -> list[list[Any]]:
@@ -117,10 +125,9 @@ def facts_data(facts: Facts, snapshot: Snapshot) -> dict[str, Any]:
     return form
 
 
-def columns(e: Event, base: Mapping[str, Any] | None) -> tuple[Any, ...]:
-    """The stored columns of event `e` of a version-4 run whose base snapshot's compact
-    form is `base` (None for the base event itself)."""
-    against = None if base is None else row_base(base, e.source, e.trigger, e.at_ms)
+def columns(e: Event, base: Snapshot | None) -> tuple[Any, ...]:
+    """The stored columns of event `e` of a version-4 run whose first event's snapshot is
+    `base` (None for that event itself)."""
     return (
         e.run_id,
         e.seq,
@@ -134,7 +141,7 @@ def columns(e: Event, base: Mapping[str, Any] | None) -> tuple[Any, ...]:
         int(e.retry),
         dumps(guards_data(e.guards)),
         dumps(guards_data(e.check)),
-        dumps([MARK, snapshot_data(e.snapshot, against)]),
+        dumps([MARK, snapshot_data(e, base)]),
         None if e.facts is None else dumps(facts_data(e.facts, e.snapshot)),
         e.note,
         e.control,
@@ -158,7 +165,10 @@ _bases: dict[str, dict[str, Any]] = {}
 
 def written(text: str) -> dict[str, Any]:
     """The written snapshot data of a version-4 snapshot text (read-only: it may be shared)."""
-    data = serde.loads(text)
+    try:
+        data = loads(text)
+    except Exception as exc:
+        raise Corrupt(f"snapshot: {exc}") from exc
     if data.__class__ is not list or len(data) != 2 or data[0] != MARK:
         raise Corrupt(f"snapshot: not [{MARK}, {{...}}]")
     if data[1].__class__ is not dict:
@@ -193,7 +203,7 @@ def guards(text: str, column: str) -> tuple[GuardResult, ...]:
     found = _guard_texts.get(text)
     if found is None:
         try:
-            data = serde.loads(text)
+            data = loads(text)
             if data.__class__ is not list:
                 raise ValueError("not an array")
             found = tuple([_guard(g) for g in data])
@@ -212,31 +222,54 @@ def _column(column: str, build: Any, data: Any, cls: Any) -> Any:
         raise Corrupt(f"{column}: {serde.error_path(exc)}") from exc
 
 
+#: A later snapshot from its written data, the run's base snapshot and the row's columns.
+_ROW: Final = {"state": "source", "outcome": "trigger", "next_action": "None", "clock_ms": "at_ms"}
+_snapshot_read = serde.structure_delta(
+    Snapshot, {name: f"b.{name}" for name in BASE_FIELDS}, _ROW, "b, source, trigger, at_ms"
+)
+_facts_read = serde.structure_delta(Facts, {"tool": "tool"}, {}, "tool")
+_base_snapshots: dict[str, Snapshot] = {}
+
+
+def _base_snapshot(text: str) -> Snapshot:
+    """The run's first snapshot, from its text (cached by text)."""
+    found = _base_snapshots.get(text)
+    if found is None:
+        found = _column(
+            "snapshot of the run's first event", serde.structure_fast, written(text), Snapshot
+        )
+        if len(_base_snapshots) >= 256:
+            _base_snapshots.clear()
+        _base_snapshots[text] = found
+    return found
+
+
+def _snapshot(r: Mapping[str, Any], data: dict[str, Any], base: Mapping[str, Any]) -> Snapshot:
+    """A later event's snapshot: its written `data` and what `row_base` restores."""
+    first = base["snapshot"]
+    try:
+        return _snapshot_read(data, _base_snapshot(first), r["source"], r["trigger"], r["at_ms"])  # type: ignore[no-any-return]
+    except Corrupt:
+        raise
+    except Exception:  # not taken as it is: the converter builds it or says what is wrong
+        merged = {**row_base(base_of(first), r["source"], r["trigger"], r["at_ms"]), **data}
+        return _column("snapshot", serde.structure_fast, merged, Snapshot)  # type: ignore[no-any-return]
+
+
 def event(r: Mapping[str, Any], base: Mapping[str, Any] | None) -> Event:
     """One version-4 `events` row as an `Event`; `base`: the run's seq-0 row (None when
     this row is that one). Raises `Corrupt` (naming the column) for one that does not read."""
     seq = r["seq"]
-    try:
-        data = written(r["snapshot"])
-        if seq != 0:
-            if base is None:
-                raise Corrupt("snapshot: the run's first event is needed to read it")
-            data = {
-                **base_of(base["snapshot"]),
-                "state": r["source"],
-                "outcome": r["trigger"],
-                "next_action": None,
-                "clock_ms": r["at_ms"],
-                **data,
-            }  # as `row_base`
-    except Corrupt:
-        raise
-    except Exception as exc:
-        raise Corrupt(f"snapshot: {serde.error_path(exc)}") from exc
-    snapshot = _column("snapshot", serde.structure_fast, data, Snapshot)
+    data = written(r["snapshot"])
+    if seq == 0:
+        snapshot = _column("snapshot", serde.structure_fast, data, Snapshot)
+    elif base is None:
+        raise Corrupt("snapshot: the run's first event is needed to read it")
+    else:
+        snapshot = _snapshot(r, data, base)
     facts = r["facts"]
     if facts is not None:
-        facts = _facts(facts, data)
+        facts = _facts(facts, snapshot)
     halt = r["halt"]
     return Event(
         run_id=r["run_id"],
@@ -258,13 +291,18 @@ def event(r: Mapping[str, Any], base: Mapping[str, Any] | None) -> Event:
     )
 
 
-def _facts(text: str, snapshot: Mapping[str, Any]) -> Facts:
+def _facts(text: str, snapshot: Snapshot) -> Facts:
     try:
-        data = serde.loads(text)
+        data = loads(text)
     except Exception as exc:
         raise Corrupt(f"facts: {exc}") from exc
-    if data.__class__ is dict and data.get("tool") is True:
-        if snapshot.get("tool") is None:
-            raise Corrupt("facts: tool is the snapshot's tool, and the snapshot has none")
-        data = {**data, "tool": snapshot["tool"]}
-    return _column("facts", serde.structure_fast, data, Facts)  # type: ignore[no-any-return]
+    if data.__class__ is not dict or data.get("tool") is not True:
+        return _column("facts", serde.structure_fast, data, Facts)  # type: ignore[no-any-return]
+    if snapshot.tool is None:
+        raise Corrupt("facts: tool is the snapshot's tool, and the snapshot has none")
+    rest = {k: v for k, v in data.items() if k != "tool"}
+    try:
+        return _facts_read(rest, snapshot.tool)  # type: ignore[no-any-return]
+    except Exception:  # the converter says what is wrong
+        facts = _column("facts", serde.structure_fast, rest, Facts)
+        return attrs.evolve(facts, tool=snapshot.tool)  # type: ignore[no-any-return]

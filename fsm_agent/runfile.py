@@ -33,9 +33,11 @@ from fsm_agent.journal import Event, RunRow, Store
 from fsm_agent.record import HaltRecord, atomic_write_text
 from fsm_agent.run_ids import BadRunId, is_run_id
 
-#: The format of a run chained in version 3 (`fsm_agent.chain_hash`, every new run): its
-#: events carry their hashes only (`prev_hash` is null: it is the event before's). An
-#: fsm-agent that does not know chain version 3 refuses the file by its format.
+#: The format of a run chained in version 3 or 4 (`fsm_agent.chain_hash`; 4: every new
+#: run): its events carry their hashes only (`prev_hash` is null: it is the event before's).
+#: An fsm-agent that does not know chain version 3 refuses the file by its format, one that
+#: does not know version 4 by the run's chain mode. The events are whole in both: verifying
+#: writes each again in its run's version (`chain_hash.event_columns`) and hashes that.
 RUN_FILE_FORMAT: Final = "fsm-agent/run/4"
 #: The format of a run chained in version 1 or 2 (each event's `prev_hash` too): such a run
 #: is exported as before, so an fsm-agent that knows no chain version 3 still reads it.

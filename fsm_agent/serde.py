@@ -165,6 +165,20 @@ def encode_compact(data: Any) -> str:
     return _encode_compact(data)
 
 
+def compact_delta(cls: type, against: dict[str, str], args: str) -> Callable[..., Any]:
+    """The compact form of attrs class `cls` with the fields in `against` written when they
+    differ from what is given there instead of from their defaults (`serde_gen`)."""
+    return _fast_compact.delta_unstructurer(cls, against, args)
+
+
+def structure_delta(
+    cls: type, trusted: dict[str, str], untrusted: dict[str, str], args: str
+) -> Callable[..., Any]:
+    """A strict structurer of attrs class `cls` that takes a field the data leaves out from
+    elsewhere (`serde_gen`); it raises `serde_gen.Refused` for anything it does not take."""
+    return _fast.delta_structurer(cls, trusted, untrusted, args)
+
+
 def compact_default(value: Any) -> Any:
     """The compact form of a field's default (an `attrs.Factory` is called)."""
     if isinstance(value, attrs.Factory):  # type: ignore[arg-type]

@@ -75,7 +75,7 @@ def chained(
     prev: str,
     key: bytes | None = None,
     version: int = 3,
-    base: Mapping[str, Any] | None = None,
+    base: Snapshot | None = None,
 ) -> tuple[tuple[Any, ...], str]:
     """The INSERT parameters of an event chained onto `prev` (with the run's `key`, None
     for an unkeyed run) in chain `version` (from 4, written against the run's `base`: see
@@ -90,10 +90,10 @@ def chained(
     return (*columns, prev, digest, None), digest
 
 
-def base_form(first: Event) -> Mapping[str, Any] | None:
+def base_form(first: Event) -> Snapshot | None:
     """What a run's later events are written against from chain version 4: its first
     (seq 0) event's snapshot (None when `first` is not that event)."""
-    return content.base_form(first.snapshot) if first.seq == 0 else None
+    return first.snapshot if first.seq == 0 else None
 
 
 def chain_link(row: Sequence[Any]) -> ChainLink:

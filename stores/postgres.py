@@ -15,7 +15,7 @@ threads (its operations take turns), but a worker thread is better served by its
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -36,6 +36,7 @@ from fsm_agent.journal import (
     RunSummary,
 )
 from fsm_agent.record import HaltRecord
+from fsm_agent.snapshot import Snapshot
 from stores import codec, redact_dsn
 from stores.postgres_open import connect, explain, passwords, scrub
 from stores.postgres_schema import (
@@ -83,7 +84,7 @@ class PostgresStore:
         # run id -> the key its chain is made with (None: unkeyed) and its chain version
         self._modes: dict[str, tuple[bytes | None, int]] = {}
         # run id -> what its events are written against (chain version 4: `codec.base_form`)
-        self._bases: dict[str, Mapping[str, Any] | None] = {}
+        self._bases: dict[str, Snapshot | None] = {}
         self._closed = False
         self.conn = self._connect()
 
@@ -208,7 +209,7 @@ class PostgresStore:
             self._modes[run_id] = (key, chain_version(chain))
         return self._modes[run_id]
 
-    def _base(self, run_id: str) -> Mapping[str, Any] | None:
+    def _base(self, run_id: str) -> Snapshot | None:
         """What the run's events are written against from chain version 4 (read once)."""
         if run_id not in self._bases:
             first = self._first_row(run_id)

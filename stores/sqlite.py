@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -32,6 +32,7 @@ from fsm_agent.journal import (
     RunSummary,
 )
 from fsm_agent.record import HaltRecord
+from fsm_agent.snapshot import Snapshot
 from stores import codec
 from stores import sqlite_schema as queue_sql
 from stores.sqlite_open import Synchronous, explain, open_journal
@@ -92,7 +93,7 @@ class SqliteStore:
         # run id -> the key its chain is made with (None: unkeyed) and its chain version
         self._modes: dict[str, tuple[bytes | None, int]] = {}
         # run id -> what its events are written against (chain version 4: `codec.base_form`)
-        self._bases: dict[str, Mapping[str, Any] | None] = {}
+        self._bases: dict[str, Snapshot | None] = {}
         self.busy_timeout_ms = int(busy_timeout_ms)
 
     def _locked(self, statement: Callable[[], T], run_id: str | None) -> T:
@@ -213,7 +214,7 @@ class SqliteStore:
             self._modes[run_id] = (key, chain_version(chain))
         return self._modes[run_id]
 
-    def _base(self, run_id: str) -> Mapping[str, Any] | None:
+    def _base(self, run_id: str) -> Snapshot | None:
         """What the run's events are written against from chain version 4 (read once)."""
         if run_id not in self._bases:
             first = self._first_row(run_id)
