@@ -8,9 +8,10 @@ text of the JSON columns, which leaves out what the row or the run already says:
   one by its text alone): the snapshot's compact form, less every top-level field equal to
   the one it is written against: the run's first (seq 0) event's snapshot, the run's base
   (its `BASE_FIELDS`), with `state` = the row's source, `outcome` = its trigger,
-  `clock_ms` = its at_ms and no `next_action` (`row_base`). A field the base has and this
-  snapshot holds at its default is written with the default. The base event itself is
-  complete. Reading restores what was left out: `{**against, **written}`.
+  `clock_ms` = its at_ms and no `next_action` (`row_base`); a field that differs is written
+  in full, in declared order (at its default where the base's is not: the default's compact
+  form). The base event itself is complete (its compact form). Reading takes what was left
+  out from the decoded first snapshot and the row: the value is `{**against, **written}`.
 - `facts`: the compact form, its `tool` written `true` when it is the snapshot's own tool.
 - `guards` and `checks`: `[[transition, guard, result], ...]`.
 

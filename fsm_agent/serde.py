@@ -179,13 +179,6 @@ def structure_delta(
     return _fast.delta_structurer(cls, trusted, untrusted, args)
 
 
-def compact_default(value: Any) -> Any:
-    """The compact form of a field's default (an `attrs.Factory` is called)."""
-    if isinstance(value, attrs.Factory):  # type: ignore[arg-type]
-        value = value.factory()
-    return _compact.unstructure(value)
-
-
 def loads(text: str) -> Any:
     """A stored JSON text's value, exactly as `json.loads` reads it.
 
