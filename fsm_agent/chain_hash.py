@@ -15,11 +15,15 @@ A run's chain mode (`runs.chain`) says how its digests are made:
 - `"hmac-sha256:<key id>"`: version 2, keyed. Every digest is HMAC-SHA256 under a key the
   journal does not hold (`fsm_agent.chain_key`); the key id (a digest of the key, not the
   key) says which key, so a wrong one is named as such.
-- `"sha256/3"` and `"hmac-sha256/3:<key id>"`: version 3 (every new run), unkeyed and
+- `"sha256/3"` and `"hmac-sha256/3:<key id>"`: version 3, unkeyed and
   keyed. An event's link is taken over the stored column texts themselves, each framed by
   a type tag and its length (`link_v3`), not over a JSON array of them; a store keeps the
   digest as 32 bytes and no copy of the previous one (it is the previous row's). The mode,
   version included, is in the genesis, as in version 2.
+- `"sha256/4"` and `"hmac-sha256/4:<key id>"`: version 4 (every new run): linked as in
+  version 3; its JSON columns are written by `fsm_agent.content` (what the run's first
+  event already says left out, orjson's text). The version names the content rules, so an
+  event's stored columns follow from the event, the run's mode and its first event.
 
 Versions 1 and 2 compute an event's link the same way: keyed or not, only the digest
 function changes, never the bytes it is taken over. Every hash a reader is shown is hex.
@@ -35,20 +39,27 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from fsm_agent import serde
+from fsm_agent import content, serde
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import Event, RunRow
 from fsm_agent.record import HaltRecord
+from fsm_agent.snapshot import Snapshot
 
 CHAIN_FORMAT: Final = "fsm-agent/chain/1"
 CHAIN_FORMAT_2: Final = "fsm-agent/chain/2"
 CHAIN_FORMAT_3: Final = "fsm-agent/chain/3"
+CHAIN_FORMAT_4: Final = "fsm-agent/chain/4"
 UNKEYED: Final = "sha256"
 KEYED_PREFIX: Final = "hmac-sha256:"
 UNKEYED_3: Final = "sha256/3"
 KEYED_PREFIX_3: Final = "hmac-sha256/3:"
-#: The chain version new runs are written with (tests set 2 to write runs as before).
-CURRENT_VERSION = 3
+UNKEYED_4: Final = "sha256/4"
+KEYED_PREFIX_4: Final = "hmac-sha256/4:"
+#: The chain version new runs are written with (tests set 2 or 3 to write runs as before).
+CURRENT_VERSION = 4
+_UNKEYED: Final = {UNKEYED: 2, UNKEYED_3: 3, UNKEYED_4: 4}
+_KEYED: Final = ((2, KEYED_PREFIX), (3, KEYED_PREFIX_3), (4, KEYED_PREFIX_4))
+_FORMATS: Final = {2: CHAIN_FORMAT_2, 3: CHAIN_FORMAT_3, 4: CHAIN_FORMAT_4}
 _KEY_ID_CONTEXT: Final = b"fsm-agent/chain-key-id"
 _V3_CONTEXT: Final = b"fsm-agent/chain/3\n"
 
@@ -82,11 +93,9 @@ def parse_mode(chain: str | None) -> ChainMode:
     """The mode a `runs.chain` value names; raises `ChainModeError` for one it does not."""
     if chain is None:
         return ChainMode(1)
-    if chain == UNKEYED:
-        return ChainMode(2)
-    if chain == UNKEYED_3:
-        return ChainMode(3)
-    for version, prefix in ((2, KEYED_PREFIX), (3, KEYED_PREFIX_3)):
+    if chain in _UNKEYED:
+        return ChainMode(_UNKEYED[chain])
+    for version, prefix in _KEYED:
         if chain.startswith(prefix) and len(chain) == len(prefix) + 16:
             return ChainMode(version, chain[len(prefix) :])
     raise ChainModeError(f"chain mode {chain!r} is not one this fsm-agent knows")
@@ -108,10 +117,11 @@ def key_id(key: bytes) -> str:
 
 def mode_for(key: bytes | None, version: int | None = None) -> str:
     """The `runs.chain` value of a run written with `key` (None: unkeyed) in chain
-    `version` (2 or 3; None: `CURRENT_VERSION`, what new runs are written with)."""
-    if (version or CURRENT_VERSION) == 2:
-        return UNKEYED if key is None else f"{KEYED_PREFIX}{key_id(key)}"
-    return UNKEYED_3 if key is None else f"{KEYED_PREFIX_3}{key_id(key)}"
+    `version` (2, 3 or 4; None: `CURRENT_VERSION`, what new runs are written with)."""
+    version = version or CURRENT_VERSION
+    if key is None:
+        return next(mode for mode, v in _UNKEYED.items() if v == version)
+    return f"{dict(_KEYED)[version]}{key_id(key)}"
 
 
 def run_key(chain: str | None, key: bytes | None) -> bytes | None:
@@ -140,9 +150,13 @@ def _digest(data: str, key: bytes | None) -> str:
     return hmac.new(key, raw, hashlib.sha256).hexdigest()
 
 
-def event_columns(e: Event) -> tuple[Any, ...]:
-    """The stored columns of an event, in schema order (run_id and seq first); a store
-    keeps these exact values (and hashes them with `link`)."""
+def event_columns(e: Event, version: int = 3, base: Snapshot | None = None) -> tuple[Any, ...]:
+    """The stored columns of an event of a run in chain `version`, in schema order (run_id
+    and seq first); a store keeps these exact values (and hashes them with `link_for`).
+    From version 4 the JSON columns are written against the run's `base` (its seq-0
+    event's snapshot: `base_of`; None for that event itself)."""
+    if version >= 4:
+        return content.columns(e, None if e.seq == 0 else base)
     return (
         e.run_id,
         e.seq,
@@ -163,6 +177,14 @@ def event_columns(e: Event) -> tuple[Any, ...]:
     )
 
 
+def base_of(events: Sequence[Event], version: int) -> Snapshot | None:
+    """What a run's events are written against in chain `version` (see `event_columns`),
+    from its events in order: its seq-0 event's snapshot from version 4, else None."""
+    if version < 4 or not events or events[0].seq != 0:
+        return None
+    return events[0].snapshot
+
+
 def genesis(run: RunRow, key: bytes | None = None) -> str:
     """The 'previous hash' of a run's first event: a digest of what the run row freezes
     (and, from chain version 2, of the run's chain mode)."""
@@ -177,8 +199,7 @@ def genesis(run: RunRow, key: bytes | None = None) -> str:
     if run.chain is None:  # version 1, exactly as it was
         header = [CHAIN_FORMAT, *frozen]
         return _digest(json.dumps(header, sort_keys=True, separators=(",", ":")), None)
-    v3 = run.chain == UNKEYED_3 or run.chain.startswith(KEYED_PREFIX_3)
-    header = [CHAIN_FORMAT_3 if v3 else CHAIN_FORMAT_2, run.chain, *frozen]
+    header = [_FORMATS[chain_version(run.chain)], run.chain, *frozen]
     return _digest(json.dumps(header, sort_keys=True, separators=(",", ":")), key)
 
 

@@ -58,11 +58,21 @@ def _halting(links: Sequence[ChainLink]) -> tuple[int, str | None, str | None, i
     last = links[-1]
     halt, dest = last.columns[8], last.columns[6]
     try:
-        meters = json.loads(last.columns[12]).get("meters", {})
+        meters = _snapshot_data(last.columns[12], links[0].columns[12]).get("meters", {})
         steps = meters.get("steps_used", 0) if isinstance(meters, dict) else None
-    except (TypeError, ValueError, AttributeError):
+    except (TypeError, ValueError, AttributeError, LookupError):
         steps = None
     return last.seq, halt, dest, steps if type(steps) is int else None
+
+
+def _snapshot_data(text: Any, first: Any) -> Any:
+    """A stored snapshot's top-level fields (of a chain-version-4 text, with those it left
+    to the run's first event restored from that event's text `first`)."""
+    data = json.loads(text)
+    if not isinstance(data, list):
+        return data
+    data, base = data[1], json.loads(first)[1]
+    return {**base, **data} if isinstance(base, dict) and isinstance(data, dict) else data
 
 
 def check_summary(

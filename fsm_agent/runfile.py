@@ -25,7 +25,7 @@ import attrs
 
 from fsm_agent import serde
 from fsm_agent.chain import ChainReport, Finding, verify_chain
-from fsm_agent.chain_hash import ChainLink, chain_version, event_columns
+from fsm_agent.chain_hash import ChainLink, base_of, chain_version, event_columns
 from fsm_agent.chain_key import key_from_env
 from fsm_agent.encoding import text_sha256, unencodable
 from fsm_agent.errors import InvalidInputError, JournalError, RunNotFound
@@ -33,9 +33,11 @@ from fsm_agent.journal import Event, RunRow, Store
 from fsm_agent.record import HaltRecord, atomic_write_text
 from fsm_agent.run_ids import BadRunId, is_run_id
 
-#: The format of a run chained in version 3 (`fsm_agent.chain_hash`, every new run): its
-#: events carry their hashes only (`prev_hash` is null: it is the event before's). An
-#: fsm-agent that does not know chain version 3 refuses the file by its format.
+#: The format of a run chained in version 3 or 4 (`fsm_agent.chain_hash`; 4: every new
+#: run): its events carry their hashes only (`prev_hash` is null: it is the event before's).
+#: An fsm-agent that does not know chain version 3 refuses the file by its format, one that
+#: does not know version 4 by the run's chain mode. The events are whole in both: verifying
+#: writes each again in its run's version (`chain_hash.event_columns`) and hashes that.
 RUN_FILE_FORMAT: Final = "fsm-agent/run/4"
 #: The format of a run chained in version 1 or 2 (each event's `prev_hash` too): such a run
 #: is exported as before, so an fsm-agent that knows no chain version 3 still reads it.
@@ -272,8 +274,10 @@ def verify_run_file(
     events' bytes are re-encoded as a journal stores them, then hashed (a keyed run's with
     `key`, else the environment's: see `fsm_agent.chain_key`)."""
     hashes = (*run_file.chain, *[EventHash(None, None)] * len(run_file.events))
+    version = chain_version(run_file.run.chain)
+    base = base_of(run_file.events, version)
     links = [
-        ChainLink(e.seq, event_columns(e), h.prev_hash, h.hash)
+        ChainLink(e.seq, event_columns(e, version, base), h.prev_hash, h.hash)
         for e, h in zip(run_file.events, hashes, strict=False)
     ]
     if key is None:

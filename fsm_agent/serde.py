@@ -153,6 +153,31 @@ def _compact_hook(cls: type) -> Callable[[Any], Any]:
 
 _compact_hooks: dict[type, Callable[[Any], Any]] = {}
 
+#: The compact form of a value of an attrs class (its generated encoder).
+compact_hook = _compact_hook
+#: What the journal's encoder makes of a value JSON has no form for (see `_default`).
+json_default = _default
+
+
+def encode_compact(data: Any) -> str:
+    """The stdlib's compact text of plain data (ASCII, no NaN): the journal's text before
+    chain version 4, and its text for what orjson does not take."""
+    return _encode_compact(data)
+
+
+def compact_delta(cls: type, against: dict[str, str], args: str) -> Callable[..., Any]:
+    """The compact form of attrs class `cls` with the fields in `against` written when they
+    differ from what is given there instead of from their defaults (`serde_gen`)."""
+    return _fast_compact.delta_unstructurer(cls, against, args)
+
+
+def structure_delta(
+    cls: type, trusted: dict[str, str], untrusted: dict[str, str], args: str
+) -> Callable[..., Any]:
+    """A strict structurer of attrs class `cls` that takes a field the data leaves out from
+    elsewhere (`serde_gen`); it raises `serde_gen.Refused` for anything it does not take."""
+    return _fast.delta_structurer(cls, trusted, untrusted, args)
+
 
 def loads(text: str) -> Any:
     """A stored JSON text's value, exactly as `json.loads` reads it.

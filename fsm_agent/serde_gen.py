@@ -183,6 +183,42 @@ class _Gen:
         self.structurers[cls] = fn
         return fn
 
+    def delta_structurer(
+        self, cls: type, trusted: dict[str, str], untrusted: dict[str, str], args: str
+    ) -> Hook:
+        """Like `class_structurer`, but a field missing from the dict takes the value of an
+        expression over the function's `args` (after `d`): one in `trusted` as it is (an
+        already structured value), one in `untrusted` checked like a value in the dict."""
+        fields = attrs.fields(attrs.resolve_types(cls))
+        env: dict[str, Any] = {"R": Refused, "C": cls, "M": attrs.NOTHING}
+        env["N"] = frozenset(f.name for f in fields)
+        lines = [
+            f"def structure(d, {args}):\n",
+            "    if d.__class__ is not dict or not d.keys() <= N: raise R\n",
+        ]
+        for i, f in enumerate(fields):
+            x, body = f"a{i}", self.check(f.type, f"a{i}", env)
+            if f.name in untrusted:
+                lines.append(f"    {x} = d.get({f.name!r}, M)\n")
+                lines.append(f"    if {x} is M: {x} = {untrusted[f.name]}\n{body}")
+                continue
+            if f.name in trusted:
+                fallback = trusted[f.name]
+            elif f.default is attrs.NOTHING:
+                lines.append(f"    {x} = d[{f.name!r}]\n{body}")
+                continue
+            elif isinstance(f.default, attrs.Factory):  # type: ignore[arg-type]
+                env[f"D{i}"], fallback = f.default.factory, f"D{i}()"
+            else:
+                env[f"D{i}"], fallback = f.default, f"D{i}"
+            lines.append(f"    {x} = d.get({f.name!r}, M)\n    if {x} is M: {x} = {fallback}\n")
+            lines.append(f"    else:\n{_indent(body)}" if body else "")
+        kwargs = ", ".join(f"{f.name}=a{i}" for i, f in enumerate(fields))
+        lines.append(f"    return C({kwargs})\n")
+        exec("".join(lines), env)  # noqa: S102 - our own code, generated from the attrs fields
+        fn: Hook = env["structure"]
+        return fn
+
     # --- unstructure --------------------------------------------------------------------------
 
     def _unstructure_expr(self, tp: Any, x: str, env: dict[str, Any]) -> str:
@@ -245,6 +281,31 @@ class _Gen:
         exec("".join(lines), env)  # noqa: S102 - our own code, generated from the attrs fields
         fn: Hook = env["unstructure"]
         self.unstructurers[cls] = fn
+        return fn
+
+    def delta_unstructurer(self, cls: type, against: dict[str, str], args: str) -> Hook:
+        """Like `class_unstructurer`, but a field named in `against` is written when it is
+        not equal to the expression given there (over the function's `args`, after `o`)
+        instead of when it is not its default."""
+        fields = attrs.fields(attrs.resolve_types(cls))
+        env: dict[str, Any] = {}
+        lines = [f"def unstructure(o, {args}):\n", "    d = {}\n"]
+        for i, f in enumerate(fields):
+            value = self._unstructure_expr(f.type, "v", env)
+            lines.append(f"    v = o.{f.name}\n")
+            if f.name in against:
+                lines.append(f"    if v != {against[f.name]}: d[{f.name!r}] = {value}\n")
+            elif f.default is attrs.NOTHING:
+                lines.append(f"    d[{f.name!r}] = {value}\n")
+            else:
+                default = f.default
+                if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                    default = default.factory()
+                env[f"D{i}"] = default
+                lines.append(f"    if v != D{i}: d[{f.name!r}] = {value}\n")
+        lines.append("    return d\n")
+        exec("".join(lines), env)  # noqa: S102 - our own code, generated from the attrs fields
+        fn: Hook = env["unstructure"]
         return fn
 
     def value_structurer(self, tp: Any) -> Hook:

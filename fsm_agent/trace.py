@@ -10,7 +10,14 @@ from pathlib import Path
 
 import attrs
 
-from fsm_agent.chain_hash import chain_version, event_columns, link_for, record_link, run_key
+from fsm_agent.chain_hash import (
+    base_of,
+    chain_version,
+    event_columns,
+    link_for,
+    record_link,
+    run_key,
+)
 from fsm_agent.errors import FsmAgentError
 from fsm_agent.journal import Event, Store
 from fsm_agent.record import HaltRecord
@@ -42,7 +49,8 @@ def ship_trace(store: Store, final: Event, record: HaltRecord, path: Path) -> st
             return f"the trace copy to {path} failed (the journal has no head hash)"
         key, version = run_key(run.chain, store.chain_key), chain_version(run.chain)
         chain = [EventHash(x.prev_hash, x.hash) for x in links[: len(events) - 1]]
-        final_hash = link_for(version)(head, event_columns(final), key)
+        columns = event_columns(final, version, base_of(events, version))
+        final_hash = link_for(version)(head, columns, key)
         chain.append(EventHash(None if version >= 3 else head, final_hash))
         run = attrs.evolve(run, record_hash=record_link(chain[-1].hash or "", record, key))
         run_file = RunFile(
@@ -65,5 +73,6 @@ def next_hash(store: Store, prev: str, event: Event) -> str:
     """The hash `event` will have once chained onto `prev`, in its run's chain mode (what
     the record shipped before the halting event is committed names as the journal's head)."""
     run = store.get_run(event.run_id)
-    key = run_key(run.chain, store.chain_key)
-    return link_for(chain_version(run.chain))(prev, event_columns(event), key)
+    key, version = run_key(run.chain, store.chain_key), chain_version(run.chain)
+    base = base_of(store.events(event.run_id), version) if version >= 4 else None
+    return link_for(version)(prev, event_columns(event, version, base), key)

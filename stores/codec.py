@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from fsm_agent import serde
+from fsm_agent import content, serde
 from fsm_agent.budgets import Budgets
 from fsm_agent.chain_hash import (
     ChainLink,
@@ -71,18 +71,29 @@ def stale_head(seq: int) -> str:
 
 
 def chained(
-    event: Event, prev: str, key: bytes | None = None, version: int = 3
+    event: Event,
+    prev: str,
+    key: bytes | None = None,
+    version: int = 3,
+    base: Snapshot | None = None,
 ) -> tuple[tuple[Any, ...], str]:
     """The INSERT parameters of an event chained onto `prev` (with the run's `key`, None
-    for an unkeyed run) in chain `version`, and its hash (hex). The last three parameters
-    are `prev_hash`, `hash` (hex text, versions 1 and 2) and `digest` (32 bytes, version 3,
-    which stores no copy of the previous hash: it is the previous row's)."""
-    columns = event_columns(event)
+    for an unkeyed run) in chain `version` (from 4, written against the run's `base`: see
+    `base_form`), and its hash (hex). The last three parameters are `prev_hash`, `hash` (hex
+    text, versions 1 and 2) and `digest` (32 bytes, version 3 on, which stores no copy of
+    the previous hash: it is the previous row's)."""
+    columns = event_columns(event, version, base)
     if version >= 3:
         digest = link_v3(prev, columns, key)
         return (*columns, None, None, bytes.fromhex(digest)), digest
     digest = link(prev, columns, key)
     return (*columns, prev, digest, None), digest
+
+
+def base_form(first: Event) -> Snapshot | None:
+    """What a run's later events are written against from chain version 4: its first
+    (seq 0) event's snapshot (None when `first` is not that event)."""
+    return first.snapshot if first.seq == 0 else None
 
 
 def chain_link(row: Sequence[Any]) -> ChainLink:
@@ -169,8 +180,9 @@ def import_params(
         )
     own = chain_key(run.chain, key, fail, run.run_id)
     params, prev, version = [], genesis(run, own), chain_version(run.chain)
+    base = base_form(events[0]) if events else None
     for event in events:
-        row, prev = chained(event, prev, own, version)
+        row, prev = chained(event, prev, own, version, base)
         params.append(row)
     halted = record is not None and bool(events)
     head = (prev, events[-1].seq) if halted else (None, None)
@@ -271,12 +283,18 @@ def summary(row: tuple[Any, ...], fail: Fail) -> RunSummary:
 
 
 def events(rows: Iterable[Mapping[str, Any]], fail: Fail) -> list[Event]:
-    """`events` rows, in the order given, as `Event`s."""
+    """`events` rows of one run, in the order given (from its seq 0), as `Event`s."""
     # Decoding builds many small containers; the cyclic GC only slows that down (~25%).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return [event(r, fail) for r in rows]
+        base: Mapping[str, Any] | None = None
+        out = []
+        for r in rows:
+            if base is None and r["seq"] == 0:
+                base = r
+            out.append(event(r, fail, base))
+        return out
     finally:
         if enabled:
             gc.enable()
@@ -298,8 +316,15 @@ def _guards(text: str) -> tuple[GuardResult, ...]:
     return found
 
 
-def event(r: Mapping[str, Any], fail: Fail) -> Event:
-    """One `events` row as an `Event`."""
+def event(r: Mapping[str, Any], fail: Fail, base: Mapping[str, Any] | None = None) -> Event:
+    """One `events` row as an `Event`; `base`: the run's seq-0 row, which a row written by
+    chain version 4's rules (`fsm_agent.content`) is read against."""
+    if content.is_v4(r.get("snapshot")):
+        try:
+            return content.event(r, None if r["seq"] == 0 else base)
+        except Exception as exc:
+            message = f"corrupt event seq {r.get('seq')}: {serde.error_path(exc)}"
+            raise fail(message, r.get("run_id")) from exc
     try:
         facts = r["facts"]
         return Event(

@@ -36,6 +36,7 @@ from fsm_agent.journal import (
     RunSummary,
 )
 from fsm_agent.record import HaltRecord
+from fsm_agent.snapshot import Snapshot
 from stores import codec, redact_dsn
 from stores.postgres_open import connect, explain, passwords, scrub
 from stores.postgres_schema import (
@@ -82,6 +83,8 @@ class PostgresStore:
         self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
         # run id -> the key its chain is made with (None: unkeyed) and its chain version
         self._modes: dict[str, tuple[bytes | None, int]] = {}
+        # run id -> what its events are written against (chain version 4: `codec.base_form`)
+        self._bases: dict[str, Snapshot | None] = {}
         self._closed = False
         self.conn = self._connect()
 
@@ -147,6 +150,7 @@ class PostgresStore:
             conn.execute(INSERT_EVENT, params)
         self._heads[run.run_id] = head
         self._modes[run.run_id] = (self.chain_key, version)
+        self._bases[run.run_id] = codec.base_form(first)
         return head
 
     def append(self, event: Event) -> str:
@@ -164,11 +168,12 @@ class PostgresStore:
         run_id = events[0].run_id
         prev = self._heads.get(run_id) or self._head(run_id)
         key, version = self._mode(run_id)
+        base = self._base(run_id) if version >= 4 else None
         rows, head = [], prev
         for event in events:
             if event.run_id != run_id:
                 raise self._error("append_many: the events are of more than one run", run_id)
-            row, head = codec.chained(event, head, key, version)
+            row, head = codec.chained(event, head, key, version, base)
             rows.append(row)
         v3 = version >= 3
         onto = (
@@ -203,6 +208,14 @@ class PostgresStore:
             key = codec.chain_key(chain, self.chain_key, self._error, run_id)
             self._modes[run_id] = (key, chain_version(chain))
         return self._modes[run_id]
+
+    def _base(self, run_id: str) -> Snapshot | None:
+        """What the run's events are written against from chain version 4 (read once)."""
+        if run_id not in self._bases:
+            first = self._first_row(run_id)
+            event = None if first is None else codec.event(first, self._error)
+            self._bases[run_id] = None if event is None else codec.base_form(event)
+        return self._bases[run_id]
 
     def _head(self, run_id: str) -> str:
         rows = self._tuples(SELECT_HEAD, {"run_id": run_id})
@@ -310,7 +323,14 @@ class PostgresStore:
         if not rows:
             self.get_run(run_id)  # RunNotFound if it is not there
             raise self._error("the run has no events", run_id)
-        return codec.event(rows[0], self._error)
+        row = rows[0]
+        return codec.event(row, self._error, self._first_row(run_id) if row["seq"] else None)
+
+    def _first_row(self, run_id: str) -> Any:
+        """The run's seq-0 `events` row (None when it has none)."""
+        sql = "SELECT * FROM events WHERE run_id = %s AND seq = 0"
+        rows = self._rows(sql, (run_id,))
+        return rows[0] if rows else None
 
     def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]:
         """A run's row, its events as stored (column text, not decoded) with their hashes,

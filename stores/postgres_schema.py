@@ -207,10 +207,12 @@ CLAIM_RUN = f"""
       AND pid IS NOT DISTINCT FROM %(old_pid)s::bigint
       AND host IS NOT DISTINCT FROM %(old_host)s::text AND {NEWEST} = %(head)s::text"""  # noqa: S608
 # A live run's state and steps come from its newest event (one INSERT per transition, no
-# second write to `runs`); a halted run's come from its `runs` row.
+# second write to `runs`); a halted run's come from its `runs` row. A chain version 4
+# snapshot is `[4, {...}]` (`fsm_agent.content`), its meters always written.
 SELECT_RUNS = """
     SELECT r.*, e.dest AS live_state,
-           fsm_agent_jsonb(e.snapshot) #> '{meters,steps_used}' AS live_steps,
+           COALESCE(fsm_agent_jsonb(e.snapshot) #> '{meters,steps_used}',
+                    fsm_agent_jsonb(e.snapshot) #> '{1,meters,steps_used}') AS live_steps,
            d.text AS declared_text
     FROM runs AS r
     LEFT JOIN LATERAL (

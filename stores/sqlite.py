@@ -33,6 +33,7 @@ from fsm_agent.journal import (
     RunSummary,
 )
 from fsm_agent.record import HaltRecord
+from fsm_agent.snapshot import Snapshot
 from stores import codec
 from stores import sqlite_schema as queue_sql
 from stores.sqlite_open import Synchronous, explain, open_journal
@@ -103,6 +104,8 @@ class SqliteStore:
         self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
         # run id -> the key its chain is made with (None: unkeyed) and its chain version
         self._modes: dict[str, tuple[bytes | None, int]] = {}
+        # run id -> what its events are written against (chain version 4: `codec.base_form`)
+        self._bases: dict[str, Snapshot | None] = {}
         self.busy_timeout_ms = int(busy_timeout_ms)
 
     def _locked(self, statement: Callable[[], T], run_id: str | None) -> T:
@@ -171,6 +174,7 @@ class SqliteStore:
             conn.execute(INSERT_EVENT, params)
         self._heads[run.run_id] = head
         self._modes[run.run_id] = (self.chain_key, version)
+        self._bases[run.run_id] = codec.base_form(first)
         return head
 
     def append(self, event: Event) -> str:
@@ -188,11 +192,12 @@ class SqliteStore:
         run_id = events[0].run_id
         prev = self._heads.get(run_id) or self._head(run_id)
         key, version = self._mode(run_id)
+        base = self._base(run_id) if version >= 4 else None
         rows, head = [], prev
         for event in events:
             if event.run_id != run_id:
                 raise self._error("append_many: the events are of more than one run", run_id)
-            row, head = codec.chained(event, head, key, version)
+            row, head = codec.chained(event, head, key, version, base)
             rows.append(row)
         onto = (run_id, events[0].seq - 1, bytes.fromhex(prev) if version >= 3 else prev)
         try:
@@ -220,6 +225,14 @@ class SqliteStore:
             key = codec.chain_key(chain, self.chain_key, self._error, run_id)
             self._modes[run_id] = (key, chain_version(chain))
         return self._modes[run_id]
+
+    def _base(self, run_id: str) -> Snapshot | None:
+        """What the run's events are written against from chain version 4 (read once)."""
+        if run_id not in self._bases:
+            first = self._first_row(run_id)
+            event = None if first is None else codec.event(first, self._error)
+            self._bases[run_id] = None if event is None else codec.base_form(event)
+        return self._bases[run_id]
 
     def _head(self, run_id: str) -> str:
         rows = self._tuples(SELECT_HEAD, {"run_id": run_id})
@@ -325,7 +338,14 @@ class SqliteStore:
         if not rows:
             self.get_run(run_id)  # RunNotFound if it is not there
             raise self._error("the run has no events", run_id)
-        return codec.event(rows[0], self._error)
+        row = rows[0]
+        return codec.event(row, self._error, self._first_row(run_id) if row["seq"] else None)
+
+    def _first_row(self, run_id: str) -> Any:
+        """The run's seq-0 `events` row (None when it has none)."""
+        sql = "SELECT * FROM events WHERE run_id = ? AND seq = 0"
+        rows = self._read(lambda: list(self.db.query(sql, [run_id])))
+        return rows[0] if rows else None
 
     def _event_rows(self, sql: str, run_id: str) -> list[Any]:
         """Event rows (`READ_COLUMNS`) as the mappings `codec.event` decodes, read by a plain

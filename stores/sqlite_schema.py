@@ -142,11 +142,14 @@ INSERT_DECLARATION = """
     ON CONFLICT (sha256) DO NOTHING"""
 # A live run's state and steps come from its newest event (one INSERT per transition, no
 # second write to `runs`); a halted run's come from its `runs` row. A run row written
-# since m007 refers to its declaration (`declarations`) instead of carrying it.
+# since m007 refers to its declaration (`declarations`) instead of carrying it. A chain
+# version 4 snapshot is `[4, {...}]` (`fsm_agent.content`), its meters always written.
 SELECT_RUNS = """
     SELECT r.*, e.dest AS live_state,
            CASE WHEN json_valid(e.snapshot)
-                THEN json_extract(e.snapshot, '$.meters.steps_used') END AS live_steps,
+                THEN COALESCE(json_extract(e.snapshot, '$.meters.steps_used'),
+                              json_extract(e.snapshot, '$[1].meters.steps_used')) END
+             AS live_steps,
            d.text AS declared_text
     FROM runs AS r
     LEFT JOIN events AS e

@@ -10,7 +10,7 @@ import attrs
 
 from fsm_agent import HaltRecord, ScriptedModel, load_tools, run
 from fsm_agent.chain import event_columns, genesis
-from fsm_agent.chain_hash import chain_version, link_for, record_link
+from fsm_agent.chain_hash import base_of, chain_version, link_for, record_link
 from fsm_agent.replay import replay_events
 from fsm_agent.runfile import EventHash, RunFile
 from stores.sqlite import SqliteStore
@@ -38,8 +38,9 @@ def rechained(run_file: RunFile) -> RunFile:
     record's seal recomputed (unkeyed) so that it imports like a real run."""
     prev, chain = genesis(run_file.run), []
     version = chain_version(run_file.run.chain)
+    base = base_of(run_file.events, version)
     for event in run_file.events:
-        h = link_for(version)(prev, event_columns(event), None)
+        h = link_for(version)(prev, event_columns(event, version, base), None)
         chain.append(EventHash(None if version >= 3 else prev, h))
         prev = h
     record = None if run_file.record is None else attrs.evolve(run_file.record, journal_head=prev)

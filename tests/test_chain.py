@@ -30,10 +30,10 @@ from tests.lab import LOOKUP, lab_run
 ANSWER = {"answer": "swordfish"}
 
 
-@pytest.fixture(params=[2, 3], ids=["chain-v2", "chain-v3"])
+@pytest.fixture(params=[2, 3, 4], ids=["chain-v2", "chain-v3", "chain-v4"])
 def version(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
     """The chain version the journal's new runs are written in: each tampering shows in
-    version 2 (what runs were chained with before) and version 3 (new runs) alike."""
+    versions 2 and 3 (what runs were chained with before) and version 4 (new runs) alike."""
     monkeypatch.setattr(chain_hash, "CURRENT_VERSION", request.param)
     return int(request.param)
 

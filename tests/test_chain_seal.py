@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from fsm_agent import serde
 from fsm_agent.chain_hash import (
     UNKEYED,
-    UNKEYED_3,
+    UNKEYED_4,
     event_columns,
     genesis,
     link,
@@ -245,7 +245,7 @@ def test_a_run_killed_after_its_halt_verifies_and_resumes_to_a_sealed_record(
     run = store.get_run(run_id)
     store.close()
     assert run.record_hash is not None
-    assert (run.chain == UNKEYED_3) is (mode == "unkeyed")
+    assert (run.chain == UNKEYED_4) is (mode == "unkeyed")
 
 
 def test_an_edited_declaration_is_not_resumed_or_replayed(
@@ -321,7 +321,7 @@ def test_a_run_file_keeps_its_mode_through_export_and_import(
     done: tuple[str, str], tmp_path: Path, mode: str
 ) -> None:
     path, data = exported(done, tmp_path)
-    assert (data["run"]["chain"] == UNKEYED_3) is (mode == "unkeyed")
+    assert (data["run"]["chain"] == UNKEYED_4) is (mode == "unkeyed")
     other = str(tmp_path / "other.db")
     assert invoke("import", str(path), "--db", other).exit_code == 0
     copied = invoke("verify", data["run"]["run_id"], "--db", other)

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from fsm_agent.chain import verify_run
-from fsm_agent.chain_hash import UNKEYED, UNKEYED_3
+from fsm_agent.chain_hash import UNKEYED, UNKEYED_4
 from fsm_agent.cli import cli
 from fsm_agent.errors import JournalError
 from fsm_agent.replay import replay_events
@@ -125,15 +125,15 @@ def test_a_run_killed_after_its_halt_resumes_to_a_sealed_record(old: Path, tmp_p
         store.close()
 
 
-def test_a_new_run_in_a_migrated_journal_is_chain_version_3(old: Path, tmp_path: Path) -> None:
+def test_a_new_run_in_a_migrated_journal_is_chain_version_4(old: Path, tmp_path: Path) -> None:
     record = lab_run(tmp_path, [LOOKUP, {"answer": "swordfish"}], store=old)
     store = SqliteStore(old)
     try:
         run = store.get_run(record.run_id)
-        assert run.chain == UNKEYED_3
+        assert run.chain == UNKEYED_4
         assert run == attrs.evolve(run, machine_text=store.get_run(DONE).machine_text)
         report = verify_run(store, record.run_id)
-        assert (report.ok, report.version) == (True, 3)
+        assert (report.ok, report.version) == (True, 4)
     finally:
         store.close()
     conn = sqlite3.connect(old)

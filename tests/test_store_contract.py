@@ -29,7 +29,7 @@ from click.testing import CliRunner
 from fsm_agent import serde
 from fsm_agent.budgets import Budgets, Meters
 from fsm_agent.chain import verify_run
-from fsm_agent.chain_hash import UNKEYED_3, record_link
+from fsm_agent.chain_hash import UNKEYED_4, record_link
 from fsm_agent.cli import cli
 from fsm_agent.encoding import text_sha256
 from fsm_agent.errors import JournalError, NotAJournal, RunNotFound
@@ -77,7 +77,7 @@ def run_row(run_id: str = "run-1", started_at: str = "2025-01-01T00:00:00Z") -> 
         status="running",
         started_at=started_at,
         pid=4242,
-        chain=UNKEYED_3,  # what a store without a chain key writes
+        chain=UNKEYED_4,  # what a store without a chain key writes
     )
 
 
@@ -831,7 +831,7 @@ def test_the_halt_record_is_sealed_with_it_and_an_edit_of_it_shows(
 ) -> None:
     record = lab_run(tmp_path, [LOOKUP, ANSWER], store=store)
     row = store.get_run(record.run_id)
-    assert row.chain == UNKEYED_3
+    assert row.chain == UNKEYED_4
     assert record.journal_head is not None
     assert row.record_hash == record_link(record.journal_head, record)
     assert verify_run(store, record.run_id).record == "sealed"
@@ -861,7 +861,7 @@ def test_a_keyed_store_chains_new_runs_with_its_key(
         record = lab_run(tmp_path, [MISS, LOOKUP, ANSWER], store=keyed)
         row = keyed.get_run(record.run_id)
         assert row.chain is not None
-        assert row.chain.startswith("hmac-sha256/3:")
+        assert row.chain.startswith("hmac-sha256/4:")
         report = verify_run(keyed, record.run_id)
         assert (report.ok, report.mode, report.record) == (True, "keyed", "sealed")
         unchecked = verify_run(plain, record.run_id)

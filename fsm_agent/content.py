@@ -1,0 +1,309 @@
+"""The journal's JSON columns of a chain-version-4 run: what is written, and how it reads.
+
+Chain version 4 (`runs.chain` = `sha256/4` or `hmac-sha256/4:<key id>`) links events as
+version 3 does (`chain_hash.link_v3`, over the stored column texts); what changes is the
+text of the JSON columns, which leaves out what the row or the run already says:
+
+- `snapshot` is `[4,{...}]` (the 4 marks the rules, so a reader tells the row from an older
+  one by its text alone): the snapshot's compact form, less every top-level field equal to
+  the one it is written against: the run's first (seq 0) event's snapshot, the run's base
+  (its `BASE_FIELDS`), with `state` = the row's source, `outcome` = its trigger,
+  `clock_ms` = its at_ms and no `next_action` (`row_base`); a field that differs is written
+  in full, in declared order (at its default where the base's is not: the default's compact
+  form). The base event itself is complete (its compact form). Reading takes what was left
+  out from the decoded first snapshot and the row: the value is `{**against, **written}`.
+- `facts`: the compact form, its `tool` written `true` when it is the snapshot's own tool.
+- `guards` and `checks`: `[[transition, guard, result], ...]`.
+
+The text is orjson's, where it is correct: a value orjson does not take (a non-string key,
+an integer beyond 64 bits, a lone surrogate, a type JSON has no form for) is written the way
+the journal always wrote it (and marked by a trailing space where orjson cannot read it
+back), and NaN and the infinities are refused as they always were. The text is a function
+of the value only: decoding it and writing the value again gives it back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+import orjson
+
+from fsm_agent import serde
+from fsm_agent.halt import HaltReason
+from fsm_agent.journal import Event, Facts, GuardResult
+from fsm_agent.snapshot import Snapshot
+
+#: The first element of a version-4 snapshot text.
+MARK: Final = 4
+PREFIX: Final = "[4,"
+
+_OPTIONS: Final = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_snapshot_form = serde.compact_hook(Snapshot)
+_facts_form = serde.compact_hook(Facts)
+#: The snapshot fields written against the base: all but those holding free-form values
+#: (arguments, observations), which JSON-equal values of other types (1 and 1.0, 1 and
+#: true) could pass for one another, and the meters (always written: a run's live steps
+#: are read from its newest row by SQL).
+BASE_FIELDS: Final = frozenset(attrs.fields_dict(Snapshot)) - {
+    "proposal", "tool", "unreceipted", "receipted", "meters"
+}  # fmt: skip
+#: What a later snapshot's fields are written against (`row_base`), over the run's base
+#: snapshot `b` and the row's own columns.
+_AGAINST: Final = {
+    **{name: f"b.{name}" for name in BASE_FIELDS},
+    "state": "source",
+    "outcome": "trigger",
+    "next_action": "None",
+    "clock_ms": "at_ms",
+}
+_snapshot_delta = serde.compact_delta(Snapshot, _AGAINST, "b, source, trigger, at_ms")
+
+
+def dumps(data: Any) -> str:
+    """The canonical text of plain data (the compact form of a journal value)."""
+    try:
+        raw = orjson.dumps(data, default=serde.json_default, option=_OPTIONS)
+    except orjson.JSONEncodeError:
+        return _fallback(data)
+    if b"null" in raw:  # orjson writes NaN and the infinities as null: refuse them as ever
+        serde.encode_compact(data)
+    return raw.decode("utf-8")
+
+
+def _fallback(data: Any) -> str:
+    """What orjson does not take: the stdlib's text (which refuses what the journal always
+    refused), then orjson's text of what that text reads as where orjson takes it (so a
+    decoded value writes the same text again), else the stdlib's text and a space (which
+    orjson never writes: `loads` reads such a text with the stdlib)."""
+    text = serde.encode_compact(data)
+    try:
+        return orjson.dumps(json.loads(text)).decode("utf-8")
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits, a lone surrogate
+        return text + " "
+
+
+def loads(text: str) -> Any:
+    """The value of a text `dumps` wrote: orjson's own text by orjson (which reads back
+    the value it wrote), one ending in a space by the stdlib (orjson would read an integer
+    beyond 64 bits as a float)."""
+    if text[-1:] == " ":
+        return json.loads(text)
+    return orjson.loads(text)
+
+
+# --- write --------------------------------------------------------------------------------
+
+
+def row_base(base: Mapping[str, Any], source: Any, trigger: Any, at_ms: Any) -> dict[str, Any]:
+    """What one later event's snapshot is written against, as a reader restores it: the
+    run's base (its first snapshot's `BASE_FIELDS`), and what the row says itself (the
+    state it left, the outcome that triggered it, its clock) or usually holds (no next
+    action)."""
+    return {**base, "state": source, "outcome": trigger, "next_action": None, "clock_ms": at_ms}
+
+
+def snapshot_data(e: Event, base: Snapshot | None) -> dict[str, Any]:
+    """The written form of `e`'s snapshot against its run's `base` snapshot (None: `e` is
+    the base event): each field that differs from what `row_base` restores, in declared
+    order (a field at its default where the base's is not: the default's compact form)."""
+    if base is None:
+        return _snapshot_form(e.snapshot)  # type: ignore[no-any-return]
+    return _snapshot_delta(e.snapshot, base, e.source, e.trigger, e.at_ms)  # type: ignore[no-any-return]
+
+
+def guards_data(guards: tuple[GuardResult, ...]) -> list[list[Any]]:
+    return [[g.transition, g.guard, g.result] for g in guards]
+
+
+def facts_data(facts: Facts, snapshot: Snapshot) -> dict[str, Any]:
+    form: dict[str, Any] = _facts_form(facts)
+    tool = facts.tool
+    if tool is not None and (tool is snapshot.tool or tool == snapshot.tool):
+        form["tool"] = True
+    return form
+
+
+def columns(e: Event, base: Snapshot | None) -> tuple[Any, ...]:
+    """The stored columns of event `e` of a version-4 run whose first event's snapshot is
+    `base` (None for that event itself)."""
+    return (
+        e.run_id,
+        e.seq,
+        e.kind,
+        e.at_ms,
+        e.wall_time,
+        e.source,
+        e.dest,
+        e.trigger,
+        None if e.halt is None else e.halt.value,
+        int(e.retry),
+        dumps(guards_data(e.guards)),
+        dumps(guards_data(e.check)),
+        dumps([MARK, snapshot_data(e, base)]),
+        None if e.facts is None else dumps(facts_data(e.facts, e.snapshot)),
+        e.note,
+        e.control,
+    )
+
+
+# --- read ---------------------------------------------------------------------------------
+
+
+class Corrupt(ValueError):
+    """A version-4 column that does not read; the message names the column."""
+
+
+def is_v4(snapshot_text: Any) -> bool:
+    """Whether a stored snapshot text is written by these rules."""
+    return snapshot_text.__class__ is str and snapshot_text.startswith(PREFIX)
+
+
+_bases: dict[str, dict[str, Any]] = {}
+
+
+def written(text: str) -> dict[str, Any]:
+    """The written snapshot data of a version-4 snapshot text (read-only: it may be shared)."""
+    try:
+        data = loads(text)
+    except Exception as exc:
+        raise Corrupt(f"snapshot: {exc}") from exc
+    if data.__class__ is not list or len(data) != 2 or data[0] != MARK:
+        raise Corrupt(f"snapshot: not [{MARK}, {{...}}]")
+    if data[1].__class__ is not dict:
+        raise Corrupt("snapshot: its data is not an object")
+    return data[1]
+
+
+def base_of(text: str) -> dict[str, Any]:
+    """The base form a run's seq-0 snapshot text gives (cached by text)."""
+    found = _bases.get(text)
+    if found is None:
+        found = {k: v for k, v in written(text).items() if k in BASE_FIELDS}
+        if len(_bases) >= 256:
+            _bases.clear()
+        _bases[text] = found
+    return found
+
+
+_guard_texts: dict[str, tuple[GuardResult, ...]] = {}
+
+
+def _guard(item: Any) -> GuardResult:
+    if item.__class__ is not list or len(item) != 3:
+        raise ValueError(f"{item!r} is not [transition, guard, result]")
+    t, g, r = item
+    if t.__class__ is not int or g.__class__ is not str or r.__class__ is not bool:
+        raise ValueError(f"{item!r} is not [integer, string, true or false]")
+    return GuardResult(t, g, r)
+
+
+def guards(text: str, column: str) -> tuple[GuardResult, ...]:
+    found = _guard_texts.get(text)
+    if found is None:
+        try:
+            data = loads(text)
+            if data.__class__ is not list:
+                raise ValueError("not an array")
+            found = tuple([_guard(g) for g in data])
+        except Exception as exc:
+            raise Corrupt(f"{column}: {exc}") from exc
+        if len(_guard_texts) >= 4096:
+            _guard_texts.clear()
+        _guard_texts[text] = found
+    return found
+
+
+def _column(column: str, build: Any, data: Any, cls: Any) -> Any:
+    try:
+        return build(data, cls)
+    except Exception as exc:
+        raise Corrupt(f"{column}: {serde.error_path(exc)}") from exc
+
+
+#: A later snapshot from its written data, the run's base snapshot and the row's columns.
+_ROW: Final = {"state": "source", "outcome": "trigger", "next_action": "None", "clock_ms": "at_ms"}
+_snapshot_read = serde.structure_delta(
+    Snapshot, {name: f"b.{name}" for name in BASE_FIELDS}, _ROW, "b, source, trigger, at_ms"
+)
+_facts_read = serde.structure_delta(Facts, {"tool": "tool"}, {}, "tool")
+_base_snapshots: dict[str, Snapshot] = {}
+
+
+def _base_snapshot(text: str) -> Snapshot:
+    """The run's first snapshot, from its text (cached by text)."""
+    found = _base_snapshots.get(text)
+    if found is None:
+        found = _column(
+            "snapshot of the run's first event", serde.structure_fast, written(text), Snapshot
+        )
+        if len(_base_snapshots) >= 256:
+            _base_snapshots.clear()
+        _base_snapshots[text] = found
+    return found
+
+
+def _snapshot(r: Mapping[str, Any], data: dict[str, Any], base: Mapping[str, Any]) -> Snapshot:
+    """A later event's snapshot: its written `data` and what `row_base` restores."""
+    first = base["snapshot"]
+    try:
+        return _snapshot_read(data, _base_snapshot(first), r["source"], r["trigger"], r["at_ms"])  # type: ignore[no-any-return]
+    except Corrupt:
+        raise
+    except Exception:  # not taken as it is: the converter builds it or says what is wrong
+        merged = {**row_base(base_of(first), r["source"], r["trigger"], r["at_ms"]), **data}
+        return _column("snapshot", serde.structure_fast, merged, Snapshot)  # type: ignore[no-any-return]
+
+
+def event(r: Mapping[str, Any], base: Mapping[str, Any] | None) -> Event:
+    """One version-4 `events` row as an `Event`; `base`: the run's seq-0 row (None when
+    this row is that one). Raises `Corrupt` (naming the column) for one that does not read."""
+    seq = r["seq"]
+    data = written(r["snapshot"])
+    if seq == 0:
+        snapshot = _column("snapshot", serde.structure_fast, data, Snapshot)
+    elif base is None:
+        raise Corrupt("snapshot: the run's first event is needed to read it")
+    else:
+        snapshot = _snapshot(r, data, base)
+    facts = r["facts"]
+    if facts is not None:
+        facts = _facts(facts, snapshot)
+    halt = r["halt"]
+    return Event(
+        run_id=r["run_id"],
+        seq=seq,
+        kind=r["kind"],
+        at_ms=r["at_ms"],
+        wall_time=r["wall_time"],
+        source=r["source"],
+        dest=r["dest"],
+        trigger=r["trigger"],
+        snapshot=snapshot,
+        guards=guards(r["guards"], "guards"),
+        check=guards(r["checks"], "checks"),
+        facts=facts,
+        halt=None if halt is None else HaltReason(halt),
+        retry=bool(r["retry"]),
+        note=r["note"],
+        control=r["control"],
+    )
+
+
+def _facts(text: str, snapshot: Snapshot) -> Facts:
+    try:
+        data = loads(text)
+    except Exception as exc:
+        raise Corrupt(f"facts: {exc}") from exc
+    if data.__class__ is not dict or data.get("tool") is not True:
+        return _column("facts", serde.structure_fast, data, Facts)  # type: ignore[no-any-return]
+    if snapshot.tool is None:
+        raise Corrupt("facts: tool is the snapshot's tool, and the snapshot has none")
+    rest = {k: v for k, v in data.items() if k != "tool"}
+    try:
+        return _facts_read(rest, snapshot.tool)  # type: ignore[no-any-return]
+    except Exception:  # the converter says what is wrong
+        facts = _column("facts", serde.structure_fast, rest, Facts)
+        return attrs.evolve(facts, tool=snapshot.tool)  # type: ignore[no-any-return]
