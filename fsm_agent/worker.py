@@ -10,6 +10,7 @@ driver thread, the caller's thread supervising it (`fsm_agent.driver`): guards, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -252,6 +253,7 @@ class _Worker(Resumption, OperatorControls):
         self.record: HaltRecord | None = None
         self.journaled = False  # True once the run's first event is committed
         self.head: str | None = None  # the run's head hash in the journal
+        self.pending: list[Event] = []  # transitions waiting for the next commit
         self.control_seen = 0  # the last operator control applied
         self.frozen_by: Control | None = None  # the freeze in force, if routing is frozen
         self.resuming = False  # True when this worker takes over a run already journaled
@@ -264,7 +266,7 @@ class _Worker(Resumption, OperatorControls):
     def execute(self) -> HaltRecord:
         with self.gate.installed(self.handle_signals):
             try:
-                supervise(self._loop(), self.gate)
+                supervise(self.flushed(self._loop()), self.gate)
             except RunPaused:
                 self.store.mark_run(self.run_id, "paused", None, None)
                 raise
@@ -273,6 +275,7 @@ class _Worker(Resumption, OperatorControls):
             except Interrupted as exc:
                 self._force(HaltReason.INTERRUPTED, "signal", str(exc), signum=exc.signum)
             except JournalError as exc:
+                self._flush_after()
                 committed = (
                     f"the journal holds this run up to seq {self.seq}"
                     if self.journaled
@@ -389,7 +392,7 @@ class _Worker(Resumption, OperatorControls):
             snap, state=dest.name, outcome=None, next_action=dest.action, meters=self.ctx.meters
         )
         check = self.compiled.check_budget(dest.name, after)
-        self._commit(
+        self._journal(
             self._event(
                 chosen.trigger,
                 dest.name,
@@ -403,6 +406,13 @@ class _Worker(Resumption, OperatorControls):
         )
         if check.transition is not None:
             self._halt_on(check.transition, after, check.guards, None, self._meter(after))
+
+    def _flush_after(self) -> None:
+        """A journal error that was not a commit's (a read): the transitions that wait are
+        committed if the journal still takes them (if not, the run's position goes back to
+        its last committed event)."""
+        with contextlib.suppress(JournalError):
+            self._flush()
 
     @staticmethod
     def _meter(snap: Snapshot) -> HaltReason | None:
