@@ -64,6 +64,7 @@ class InterruptGate:
         #: True while the thread supervising the run's driver does its own bookkeeping: a
         #: signal is only noted then, and acted on by the supervisor or the driver
         self.held = False
+        self._critical = _Critical(self)
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.received = self.received or signum
@@ -90,18 +91,10 @@ class InterruptGate:
                 signum, self.deferred = self.deferred, None
                 signal.raise_signal(signum)
 
-    @contextmanager
-    def critical(self) -> Iterator[None]:
-        """Defer signals until the block is done; then raise a deferred one."""
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-        if self._depth == 0 and self.pending is not None:
-            signum, self.pending = self.pending, None
-            self.raised = True
-            raise Interrupted(signum)
+    def critical(self) -> _Critical:
+        """Defer signals until the block is done; then raise a deferred one (not when the
+        block raised: its own exception goes on)."""
+        return self._critical
 
     @contextmanager
     def shielded(self) -> Iterator[None]:
@@ -114,3 +107,23 @@ class InterruptGate:
             if self.pending is not None and self._depth == 0:
                 self.deferred = self.deferred or self.pending
             self.pending = None
+
+
+class _Critical:
+    """`InterruptGate.critical` (a class, not a generator: it is entered on every commit)."""
+
+    __slots__ = ("_gate",)
+
+    def __init__(self, gate: InterruptGate) -> None:
+        self._gate = gate
+
+    def __enter__(self) -> None:
+        self._gate._depth += 1
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        gate = self._gate
+        gate._depth -= 1
+        if kind is None and gate._depth == 0 and gate.pending is not None:
+            signum, gate.pending = gate.pending, None
+            gate.raised = True
+            raise Interrupted(signum)

@@ -20,8 +20,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from fsm_agent.actions import Steps, ask_judge, perform, success_possible
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.context import Clock, RunContext
@@ -49,13 +47,12 @@ from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord
 from fsm_agent.redaction import run_secrets
 from fsm_agent.resume import Resumption, claim_run, load_resumable, restore_context
 from fsm_agent.run_ids import check_run_id
-from fsm_agent.snapshot import Snapshot
+from fsm_agent.snapshot import Snapshot, entering
 from fsm_agent.spec import MachineSpec, load_machine
 from fsm_agent.tools import ToolRegistry
 from fsm_agent.verdict import decision_note
 
 DEFAULT_DB = "fsm-agent.db"
-
 
 def _open_store(store: Store | str | os.PathLike[str]) -> tuple[Store, bool]:
     if isinstance(store, str | os.PathLike):
@@ -63,7 +60,6 @@ def _open_store(store: Store | str | os.PathLike[str]) -> tuple[Store, bool]:
 
         return open_store(store), True
     return store, False
-
 
 def run(
     machine: MachineSpec | str,
@@ -154,7 +150,6 @@ def run(
         if owned:
             opened.close()
 
-
 async def arun(machine: MachineSpec | str, **kwargs: Any) -> HaltRecord:
     """`run` for async callers: the loop runs on a worker thread (async adapters are awaited
     there, each call in its own event loop). Signals stay with the caller's process."""
@@ -162,7 +157,6 @@ async def arun(machine: MachineSpec | str, **kwargs: Any) -> HaltRecord:
     import asyncio
 
     return await asyncio.to_thread(run, machine, **kwargs)
-
 
 def resume_run(
     run_id: str,
@@ -227,7 +221,6 @@ def resume_run(
     finally:
         if owned:
             opened.close()
-
 
 class _Worker(Resumption, OperatorControls):
     def __init__(
@@ -388,9 +381,7 @@ class _Worker(Resumption, OperatorControls):
         if dest.terminal:
             self._halt_on(chosen, snap, decision.guards, facts, chosen.halt, note)
             return
-        after = attrs.evolve(
-            snap, state=dest.name, outcome=None, next_action=dest.action, meters=self.ctx.meters
-        )
+        after = entering(snap, dest.name, dest.action, self.ctx.meters)
         check = self.compiled.check_budget(dest.name, after)
         self._journal(
             self._event(
