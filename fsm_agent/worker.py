@@ -39,7 +39,7 @@ from fsm_agent.interrupts import InterruptGate, raised_by_user_code
 from fsm_agent.journal import Control, Event, RunRow, Store
 from fsm_agent.journaling import now_iso
 from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
-from fsm_agent.machine import compile_machine
+from fsm_agent.machine import Decision, compile_machine
 from fsm_agent.models import ModelAdapter
 from fsm_agent.operator import OperatorControls, RoutingFrozen
 from fsm_agent.outputs import check_run_outputs
@@ -54,12 +54,14 @@ from fsm_agent.verdict import decision_note
 
 DEFAULT_DB = "fsm-agent.db"
 
+
 def _open_store(store: Store | str | os.PathLike[str]) -> tuple[Store, bool]:
     if isinstance(store, str | os.PathLike):
         from stores import open_store  # a SQLite path or a postgresql:// DSN
 
         return open_store(store), True
     return store, False
+
 
 def run(
     machine: MachineSpec | str,
@@ -150,6 +152,7 @@ def run(
         if owned:
             opened.close()
 
+
 async def arun(machine: MachineSpec | str, **kwargs: Any) -> HaltRecord:
     """`run` for async callers: the loop runs on a worker thread (async adapters are awaited
     there, each call in its own event loop). Signals stay with the caller's process."""
@@ -157,6 +160,7 @@ async def arun(machine: MachineSpec | str, **kwargs: Any) -> HaltRecord:
     import asyncio
 
     return await asyncio.to_thread(run, machine, **kwargs)
+
 
 def resume_run(
     run_id: str,
@@ -221,6 +225,7 @@ def resume_run(
     finally:
         if owned:
             opened.close()
+
 
 class _Worker(Resumption, OperatorControls):
     def __init__(
@@ -381,8 +386,7 @@ class _Worker(Resumption, OperatorControls):
         if dest.terminal:
             self._halt_on(chosen, snap, decision.guards, facts, chosen.halt, note)
             return
-        after = entering(snap, dest.name, dest.action, self.ctx.meters)
-        check = self.compiled.check_budget(dest.name, after)
+        check, after = self._entering(snap, dest.name, dest.action)
         self._journal(
             self._event(
                 chosen.trigger,
@@ -395,8 +399,19 @@ class _Worker(Resumption, OperatorControls):
                 note=note,
             )
         )
-        if check.transition is not None:
+        if after is not None and check.transition is not None:
             self._halt_on(check.transition, after, check.guards, None, self._meter(after))
+
+    def _entering(
+        self, snap: Snapshot, state: str, action: str | None
+    ) -> tuple[Decision, Snapshot | None]:
+        """The budget check entering `state` after `snap`, and the snapshot it was decided
+        on: built only when a budget tripped (None: nothing tripped)."""
+        meters = self.ctx.meters
+        if tripped_meter(snap.budgets, meters, next_action=action) is None:
+            return self.compiled.untripped(state), None
+        after = entering(snap, state, action, meters)
+        return self.compiled.check_budget(state, after), after
 
     def _flush_after(self) -> None:
         """A journal error that was not a commit's (a read): the transitions that wait are
