@@ -100,6 +100,10 @@ class Supervisor:
             return False
         gate.held = True
         with self._lock:
+            if gate.pending is not None and self._call is None and gate.take_over():
+                signum, gate.pending = gate.pending, None  # noted while a callback ran
+                self._supersede(Interrupted(signum))
+                return False
             if gate.pending is not None and self._call is not None:  # noted while held
                 signum, gate.pending = gate.pending, None
                 gate.raised = True
@@ -139,10 +143,21 @@ class Supervisor:
             if call.cancel is not None:
                 call.cancel()
             self._fence_and_go_on(None, exc)
+        elif isinstance(exc, Interrupted) and self._gate.take_over():
+            self._supersede(exc)
         elif isinstance(exc, Interrupted):
             self._gate.pending = self._gate.pending or exc.signum
         else:
             self._thrown = self._thrown or exc
+
+    def _supersede(self, exc: Interrupted) -> None:
+        """(Under the lock.) The driver is in an `on_transition` callback, its event
+        committed: it is fenced (it raises `Superseded` when the callback returns) and the
+        run ends now with `exc`, its halt journaled by this thread."""
+        self._generation += 1
+        self._gate.raised = True
+        self._done, self._error = True, exc
+        self._woken.set()
 
     def _fence_and_go_on(self, result: CallResult | None, exc: BaseException | None) -> None:
         """(Under the lock.) The live driver may never touch the script again; a fresh one

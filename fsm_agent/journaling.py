@@ -155,10 +155,17 @@ class Journaling:
                 self.seq, self.state = batch[0].seq - 1, batch[0].source or self.state
                 raise
             self.seq, self.state = batch[-1].seq, batch[-1].dest
-        if self.on_transition is not None:
-            for event in batch:
-                self.on_transition(event)
+        for event in batch:
+            self._notify(event)
 
     def _notify(self, event: Event) -> None:
-        if self.on_transition is not None:
-            self.on_transition(event)
+        """Hand a committed event to `on_transition`. A signal while it runs halts the run
+        at once (`InterruptGate.take_over`): a callback that never returns is stopped too."""
+        callback = self.on_transition
+        if callback is None:
+            return
+        self.gate.callback_begins()
+        try:
+            callback(event)
+        finally:
+            self.gate.callback_ends()

@@ -271,6 +271,8 @@ class _Worker(Resumption, OperatorControls):
             except RunAbandoned:  # not ours any more: nothing is written, not even a record
                 raise
             except Interrupted as exc:
+                if self.gate.taken_over:  # its callback still runs on the fenced driver
+                    self.on_transition = None
                 self._force(HaltReason.INTERRUPTED, "signal", str(exc), signum=exc.signum)
             except JournalError as exc:
                 self._flush_after()
