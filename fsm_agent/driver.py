@@ -12,6 +12,11 @@ thread while the driver is in a call fences it the same way and raises the signa
 exception into the script at the call (a child process of the call is killed); one that
 arrives while the driver runs the run's own code is raised there at its next safe point:
 the end of its current commit (`InterruptGate.critical`) or the start of its next call.
+One that arrives while the driver runs an `on_transition` callback (its event committed,
+outside any critical section) does not wait for the callback: the driver is fenced (it
+raises `Superseded` when the callback returns) and the run ends at once, its halt
+journaled from the caller's thread. A guard still runs to its end first: it runs in the
+middle of a step, whose action's result is not journaled yet.
 
 The supervisor sleeps until the earliest deadline it knows of; the driver wakes it only for
 a call whose deadline is earlier than that (by more than `SLACK_S`), or when the script ends.

@@ -8,18 +8,27 @@ So a transition is always committed before the next model, tool, judge, repair o
 user-action call, and one commit may carry several (each its own row and hash). A run given
 `on_transition` commits each event on its own, the callback seeing it before the run goes on.
 
+What a kill (SIGKILL) loses is what waits: at most a read's result (`tool_returned` of a tool
+declared without side effect, or of a call refused before it was made) and the receipts
+check after it. The journal then ends at the tool call, exactly as a kill just before that
+result's own commit leaves it, and resume treats it the same way (the call has no journaled
+result: re-issued only if the tool is idempotent, else `side_effect_unknown`). What a call
+with a side effect returned is committed as soon as it returns, as before.
+
 The base of the worker's mixins (`Halting`, `Resumption`, `OperatorControls`): each of them
 journals, none of them declares how a second time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import TypeVar
 
 from fsm_agent.deadline import Call, CallResult
+from fsm_agent.errors import JournalError
 from fsm_agent.halt import HaltReason
 from fsm_agent.interrupts import InterruptGate
 from fsm_agent.journal import Event, EventKind, Facts, GuardResult, Store
@@ -123,6 +132,13 @@ class Journaling:
         """Commit the events that wait, if any."""
         if self.pending:
             self._commit_all(())
+
+    def _flush_if_possible(self) -> None:
+        """After a journal error that was not a commit's (a read): the events that wait are
+        committed if the journal still takes them (if not, the run's position goes back to
+        its last committed event)."""
+        with contextlib.suppress(JournalError):
+            self._flush()
 
     def flushed(self, script: Generator[Call, CallResult, T]) -> Generator[Call, CallResult, T]:
         """`script`, with the events that wait committed before each call it yields."""

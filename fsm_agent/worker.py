@@ -2,15 +2,16 @@
 
 The loop performs the current state's action (data plane), takes a clock reading, checks
 the meters, and asks the compiled machine which transition the guards allow (control
-plane). Every transition is committed to the journal before the next action starts; the
-halt record is written atomically on every way out, signals included. The loop runs on a
+plane). Every transition is committed to the journal before the next model, tool, judge,
+repair or user-action call (a read's result and the receipts check after it share one
+commit: `fsm_agent.journaling`); the halt record is written atomically on every way out,
+signals included. The loop runs on a
 driver thread, the caller's thread supervising it (`fsm_agent.driver`): guards, actions and
 `on_transition` run on that thread; a halt the loop raises is journaled in the caller's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -275,7 +276,7 @@ class _Worker(Resumption, OperatorControls):
                     self.on_transition = None
                 self._force(HaltReason.INTERRUPTED, "signal", str(exc), signum=exc.signum)
             except JournalError as exc:
-                self._flush_after()
+                self._flush_if_possible()
                 committed = (
                     f"the journal holds this run up to seq {self.seq}"
                     if self.journaled
@@ -414,13 +415,6 @@ class _Worker(Resumption, OperatorControls):
             return self.compiled.untripped(state), None
         after = entering(snap, state, action, meters)
         return self.compiled.check_budget(state, after), after
-
-    def _flush_after(self) -> None:
-        """A journal error that was not a commit's (a read): the transitions that wait are
-        committed if the journal still takes them (if not, the run's position goes back to
-        its last committed event)."""
-        with contextlib.suppress(JournalError):
-            self._flush()
 
     @staticmethod
     def _meter(snap: Snapshot) -> HaltReason | None:
