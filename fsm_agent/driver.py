@@ -12,6 +12,11 @@ thread while the driver is in a call fences it the same way and raises the signa
 exception into the script at the call (a child process of the call is killed); one that
 arrives while the driver runs the run's own code is raised there at its next safe point:
 the end of its current commit (`InterruptGate.critical`) or the start of its next call.
+One that arrives while the driver runs an `on_transition` callback (its event committed,
+outside any critical section) does not wait for the callback: the driver is fenced (it
+raises `Superseded` when the callback returns) and the run ends at once, its halt
+journaled from the caller's thread. A guard still runs to its end first: it runs in the
+middle of a step, whose action's result is not journaled yet.
 
 The supervisor sleeps until the earliest deadline it knows of; the driver wakes it only for
 a call whose deadline is earlier than that (by more than `SLACK_S`), or when the script ends.
@@ -100,6 +105,10 @@ class Supervisor:
             return False
         gate.held = True
         with self._lock:
+            if gate.pending is not None and self._call is None and gate.take_over():
+                signum, gate.pending = gate.pending, None  # noted while a callback ran
+                self._supersede(Interrupted(signum))
+                return False
             if gate.pending is not None and self._call is not None:  # noted while held
                 signum, gate.pending = gate.pending, None
                 gate.raised = True
@@ -139,10 +148,21 @@ class Supervisor:
             if call.cancel is not None:
                 call.cancel()
             self._fence_and_go_on(None, exc)
+        elif isinstance(exc, Interrupted) and self._gate.take_over():
+            self._supersede(exc)
         elif isinstance(exc, Interrupted):
             self._gate.pending = self._gate.pending or exc.signum
         else:
             self._thrown = self._thrown or exc
+
+    def _supersede(self, exc: Interrupted) -> None:
+        """(Under the lock.) The driver is in an `on_transition` callback, its event
+        committed: it is fenced (it raises `Superseded` when the callback returns) and the
+        run ends now with `exc`, its halt journaled by this thread."""
+        self._generation += 1
+        self._gate.raised = True
+        self._done, self._error = True, exc
+        self._woken.set()
 
     def _fence_and_go_on(self, result: CallResult | None, exc: BaseException | None) -> None:
         """(Under the lock.) The live driver may never touch the script again; a fresh one

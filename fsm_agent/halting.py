@@ -51,6 +51,7 @@ class Halting(Journaling):
             )  # fmt: skip
             note, record = None, None
             if self.trace_copy is not None:
+                self._flush()  # the copy is made from the journal, onto its head
                 assert self.head is not None  # noqa: S101 - halts come after the first event
                 head = next_hash(self.store, self.head, event)
                 record = self._record_for(reason, None, None, head)

@@ -24,6 +24,11 @@ from fsm_agent.errors import Interrupted
 HANDLED = (signal.SIGTERM, signal.SIGINT)
 
 
+class Superseded(BaseException):
+    """Raised in a driver whose run was halted while it ran an `on_transition` callback:
+    it unwinds the driver without touching the run (nothing catches it)."""
+
+
 _acting = threading.local()
 
 
@@ -64,6 +69,35 @@ class InterruptGate:
         #: True while the thread supervising the run's driver does its own bookkeeping: a
         #: signal is only noted then, and acted on by the supervisor or the driver
         self.held = False
+        self._critical = _Critical(self)
+        self._lock = threading.Lock()
+        #: True while the run's driver runs an `on_transition` callback, outside any critical
+        #: or shielded section (its event committed, the run's position whole)
+        self.in_callback = False
+        #: True once the supervisor halted the run without waiting for that callback
+        self.taken_over = False
+
+    def callback_begins(self) -> None:
+        """The driver hands an event to `on_transition` (see `take_over`)."""
+        with self._lock:
+            self.in_callback = self._depth == 0
+
+    def callback_ends(self) -> None:
+        """The callback returned (or raised): the driver goes on, unless the run was taken
+        over meanwhile: then it raises `Superseded` and touches nothing more."""
+        with self._lock:
+            self.in_callback = False
+            if self.taken_over:
+                raise Superseded
+
+    def take_over(self) -> bool:
+        """For the supervisor, on a signal: if the driver is in a callback, the run is the
+        supervisor's to halt from now on (True, once); else the driver raises it (False)."""
+        with self._lock:
+            if not self.in_callback or self.taken_over:
+                return False
+            self.taken_over = True
+            return True
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.received = self.received or signum
@@ -90,18 +124,10 @@ class InterruptGate:
                 signum, self.deferred = self.deferred, None
                 signal.raise_signal(signum)
 
-    @contextmanager
-    def critical(self) -> Iterator[None]:
-        """Defer signals until the block is done; then raise a deferred one."""
-        self._depth += 1
-        try:
-            yield
-        finally:
-            self._depth -= 1
-        if self._depth == 0 and self.pending is not None:
-            signum, self.pending = self.pending, None
-            self.raised = True
-            raise Interrupted(signum)
+    def critical(self) -> _Critical:
+        """Defer signals until the block is done; then raise a deferred one (not when the
+        block raised: its own exception goes on)."""
+        return self._critical
 
     @contextmanager
     def shielded(self) -> Iterator[None]:
@@ -114,3 +140,23 @@ class InterruptGate:
             if self.pending is not None and self._depth == 0:
                 self.deferred = self.deferred or self.pending
             self.pending = None
+
+
+class _Critical:
+    """`InterruptGate.critical` (a class, not a generator: it is entered on every commit)."""
+
+    __slots__ = ("_gate",)
+
+    def __init__(self, gate: InterruptGate) -> None:
+        self._gate = gate
+
+    def __enter__(self) -> None:
+        self._gate._depth += 1
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        gate = self._gate
+        gate._depth -= 1
+        if kind is None and gate._depth == 0 and gate.pending is not None:
+            signum, gate.pending = gate.pending, None
+            gate.raised = True
+            raise Interrupted(signum)

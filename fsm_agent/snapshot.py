@@ -116,3 +116,33 @@ class Snapshot:
     #: a second-opinion judge's vote on a possible success: none (no judge or not asked),
     #: agree, veto, or ignored (a judge off a local or paid lane has no vote)
     judge: Literal["none", "agree", "veto", "ignored"] = "none"
+
+
+def entering(snap: Snapshot, state: str, next_action: str | None, meters: Meters) -> Snapshot:
+    """`snap` as the run enters `state` (no outcome yet, `next_action` next, `meters` now):
+    `attrs.evolve(snap, state=…, outcome=None, next_action=…, meters=…)`, built directly
+    (the loop makes one per transition)."""
+    return Snapshot(
+        state,
+        None,
+        next_action,
+        snap.clock_ms,
+        snap.budgets,
+        meters,
+        snap.proposal,
+        snap.tool,
+        snap.evidence,
+        snap.grounded,
+        snap.rules,
+        snap.unreceipted,
+        snap.unreceipted_omitted,
+        snap.receipted,
+        snap.allowlist,
+        snap.privileged,
+        snap.halt_lane,
+        snap.control,
+        snap.repeats,
+        snap.thrash_limit,
+        snap.repair,
+        snap.judge,
+    )

@@ -2,8 +2,10 @@
 
 The loop performs the current state's action (data plane), takes a clock reading, checks
 the meters, and asks the compiled machine which transition the guards allow (control
-plane). Every transition is committed to the journal before the next action starts; the
-halt record is written atomically on every way out, signals included. The loop runs on a
+plane). Every transition is committed to the journal before the next model, tool, judge,
+repair or user-action call (a read's result and the receipts check after it share one
+commit: `fsm_agent.journaling`); the halt record is written atomically on every way out,
+signals included. The loop runs on a
 driver thread, the caller's thread supervising it (`fsm_agent.driver`): guards, actions and
 `on_transition` run on that thread; a halt the loop raises is journaled in the caller's.
 """
@@ -18,8 +20,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import attrs
 
 from fsm_agent.actions import Steps, ask_judge, perform, success_possible
 from fsm_agent.budgets import Budgets, make_budgets, tripped_meter
@@ -40,7 +40,7 @@ from fsm_agent.interrupts import InterruptGate, raised_by_user_code
 from fsm_agent.journal import Control, Event, RunRow, Store
 from fsm_agent.journaling import now_iso
 from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
-from fsm_agent.machine import compile_machine
+from fsm_agent.machine import Decision, compile_machine
 from fsm_agent.models import ModelAdapter
 from fsm_agent.operator import OperatorControls, RoutingFrozen
 from fsm_agent.outputs import check_run_outputs
@@ -48,7 +48,7 @@ from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord
 from fsm_agent.redaction import run_secrets
 from fsm_agent.resume import Resumption, claim_run, load_resumable, restore_context
 from fsm_agent.run_ids import check_run_id
-from fsm_agent.snapshot import Snapshot
+from fsm_agent.snapshot import Snapshot, entering
 from fsm_agent.spec import MachineSpec, load_machine
 from fsm_agent.tools import ToolRegistry
 from fsm_agent.verdict import decision_note
@@ -252,6 +252,7 @@ class _Worker(Resumption, OperatorControls):
         self.record: HaltRecord | None = None
         self.journaled = False  # True once the run's first event is committed
         self.head: str | None = None  # the run's head hash in the journal
+        self.pending: list[Event] = []  # transitions waiting for the next commit
         self.control_seen = 0  # the last operator control applied
         self.frozen_by: Control | None = None  # the freeze in force, if routing is frozen
         self.resuming = False  # True when this worker takes over a run already journaled
@@ -264,15 +265,18 @@ class _Worker(Resumption, OperatorControls):
     def execute(self) -> HaltRecord:
         with self.gate.installed(self.handle_signals):
             try:
-                supervise(self._loop(), self.gate)
+                supervise(self.flushed(self._loop()), self.gate)
             except RunPaused:
                 self.store.mark_run(self.run_id, "paused", None, None)
                 raise
             except RunAbandoned:  # not ours any more: nothing is written, not even a record
                 raise
             except Interrupted as exc:
+                if self.gate.taken_over:  # its callback still runs on the fenced driver
+                    self.on_transition = None
                 self._force(HaltReason.INTERRUPTED, "signal", str(exc), signum=exc.signum)
             except JournalError as exc:
+                self._flush_if_possible()
                 committed = (
                     f"the journal holds this run up to seq {self.seq}"
                     if self.journaled
@@ -385,11 +389,8 @@ class _Worker(Resumption, OperatorControls):
         if dest.terminal:
             self._halt_on(chosen, snap, decision.guards, facts, chosen.halt, note)
             return
-        after = attrs.evolve(
-            snap, state=dest.name, outcome=None, next_action=dest.action, meters=self.ctx.meters
-        )
-        check = self.compiled.check_budget(dest.name, after)
-        self._commit(
+        check, after = self._entering(snap, dest.name, dest.action)
+        self._journal(
             self._event(
                 chosen.trigger,
                 dest.name,
@@ -401,8 +402,19 @@ class _Worker(Resumption, OperatorControls):
                 note=note,
             )
         )
-        if check.transition is not None:
+        if after is not None and check.transition is not None:
             self._halt_on(check.transition, after, check.guards, None, self._meter(after))
+
+    def _entering(
+        self, snap: Snapshot, state: str, action: str | None
+    ) -> tuple[Decision, Snapshot | None]:
+        """The budget check entering `state` after `snap`, and the snapshot it was decided
+        on: built only when a budget tripped (None: nothing tripped)."""
+        meters = self.ctx.meters
+        if tripped_meter(snap.budgets, meters, next_action=action) is None:
+            return self.compiled.untripped(state), None
+        after = entering(snap, state, action, meters)
+        return self.compiled.check_budget(state, after), after
 
     @staticmethod
     def _meter(snap: Snapshot) -> HaltReason | None:

@@ -6,6 +6,8 @@ The agent loops on `nap`, a tool that writes READY (holding its own pid) and the
 30 s, so the run is mid-tool when the parent sends SIGTERM or SIGINT. `--via lib` calls
 `fsm_agent.run` and exits with the documented code for the halt; `--via cli` runs the real
 `fsm-agent run` command in this process. `--process` runs `nap` in a killable child process.
+`--hang-in-callback` (with `--via lib`) gives the run an `on_transition` that writes READY
+at the first transition and then never returns (the tool is never reached).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ def main() -> None:
     parser.add_argument("--record", required=True)
     parser.add_argument("--ready", required=True)
     parser.add_argument("--process", action="store_true")
+    parser.add_argument("--hang-in-callback", action="store_true")
     opts = parser.parse_args()
 
     # Read by tests.fixture_tools.nap / new_tools (inherited by a spawned tool process).
@@ -42,9 +45,18 @@ def main() -> None:
         cli_main()
         return
 
-    from fsm_agent import run
+    import time
+    from pathlib import Path
+
+    from fsm_agent import Event, run
     from fsm_agent.halt import exit_code
     from tests.fixture_tools import napping_model, new_tools
+
+    def hang(event: Event) -> None:
+        if event.seq >= 1:
+            Path(opts.ready).write_text(str(os.getpid()), encoding="utf-8")
+            while True:
+                time.sleep(3600)
 
     record = run(
         "agent_loop",
@@ -55,6 +67,7 @@ def main() -> None:
         budgets={"wall_clock_ms": 120_000, "tool_timeout_ms": 60_000},
         record_path=opts.record,
         run_id=RUN_ID,
+        on_transition=hang if opts.hang_in_callback else None,
     )
     print(f"halted: {record.halt_reason.value}", flush=True)
     sys.exit(exit_code(record.halt_reason, record.signal))

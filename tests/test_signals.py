@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,7 +33,9 @@ EXIT_S = 30.0
 class Child:
     """One `child_run.py` process and the files it writes."""
 
-    def __init__(self, tmp_path: Path, via: str, *, process: bool = False) -> None:
+    def __init__(
+        self, tmp_path: Path, via: str, *, process: bool = False, hang: bool = False
+    ) -> None:
         self.db = tmp_path / "journal.db"
         self.record = tmp_path / "halt-contract.json"
         self.ready = tmp_path / "ready"
@@ -44,6 +47,8 @@ class Child:
         ]  # fmt: skip
         if process:
             args.append("--process")
+        if hang:
+            args.append("--hang-in-callback")
         self.proc = subprocess.Popen(
             args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -130,6 +135,24 @@ def test_a_signal_mid_run_is_a_named_halt_with_a_record_and_a_non_zero_exit(
 
 
 @pytest.mark.parametrize(("signum", "code"), SIGNALS)
+def test_a_signal_while_on_transition_never_returns_still_halts_the_run(
+    tmp_path: Path, signum: int, code: int
+) -> None:
+    # The callback hangs at the first transition (drafting -> tool_pending, committed): the
+    # caller's thread journals the halt itself, and the tool is never called.
+    child = Child(tmp_path, "lib", hang=True)
+    try:
+        child.wait_ready()
+        returncode, out, err = child.signal_and_wait(signum)
+    finally:
+        child.cleanup()
+    assert returncode == code, f"stdout:\n{out}\nstderr:\n{err}"
+    record = _check_interrupted(child, signum)
+    assert record.tool_calls == ()
+    assert "interrupted" in out
+
+
+@pytest.mark.parametrize(("signum", "code"), SIGNALS)
 def test_a_signal_kills_a_process_isolated_tool_too(tmp_path: Path, signum: int, code: int) -> None:
     child = Child(tmp_path, "lib", process=True)
     try:
@@ -159,3 +182,37 @@ def test_the_record_names_the_tool_call_the_signal_cut_short(tmp_path: Path) -> 
     assert record.handoff.frozen_args == {"tool": "nap", "args": {"seconds": 30.0}}
     assert [(c.name, c.outcome_unknown) for c in record.tool_calls] == [("nap", True)]
     assert record.meters.tool_calls == 1
+
+
+def test_a_driver_taken_over_in_its_callback_touches_nothing_after_it_returns(
+    tmp_path: Path,
+) -> None:
+    # In this process: the callback sends SIGTERM to it, then returns late. The halt is
+    # journaled without waiting; the fenced driver, once back, neither journals nor calls.
+    from fsm_agent import Event, run
+    from tests.fixture_tools import napping_model, new_tools
+
+    back = threading.Event()
+    called: list[int] = []
+
+    def late(event: Event) -> None:
+        called.append(event.seq)
+        if event.seq == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.3)  # the supervisor halts the run meanwhile
+            back.set()
+
+    db = tmp_path / "journal.db"
+    record = run("agent_loop", task="nap", model=napping_model, tools=new_tools(), store=db,
+                 record_path=tmp_path / "r.json", run_id="late", on_transition=late)  # fmt: skip
+    assert record.halt_reason is HaltReason.INTERRUPTED
+    assert back.wait(10)
+    time.sleep(0.2)  # what the driver would do after its callback, it would have done
+    store = SqliteStore(db)
+    try:
+        events = store.events("late")
+    finally:
+        store.close()
+    assert [(e.seq, e.halt) for e in events] == [(0, None), (1, None), (2, HaltReason.INTERRUPTED)]
+    assert called == [0, 1]  # the halt is not handed to a callback still running
+    assert record.tool_calls == ()

@@ -1097,6 +1097,13 @@ class FailingStore:
             raise JournalError("disk I/O error", path=self.inner.path, run_id=event.run_id)
         self.inner.append(event)
 
+    def append_many(self, events: list[Event]) -> str:
+        """One commit of several events: counted (and failed) as one append."""
+        self.appends += 1
+        if self.appends == self.fail_append:
+            raise JournalError("disk I/O error", path=self.inner.path, run_id=events[0].run_id)
+        return self.inner.append_many(events)
+
     def __getattr__(self, name: str) -> Any:
         """Everything this double does not fail on goes to the real store."""
         return getattr(self.inner, name)
@@ -1126,15 +1133,17 @@ def test_a_failed_journal_write_stops_the_run_loudly_and_leaves_a_record(
     model = ScriptedModel.from_file(HALT_LAB / "looping.json")
     with pytest.raises(JournalError, match="disk I/O error"):
         go(journal, record_path, model, store=store, run_id="broken-journal")
-    # The run did not go on unrecorded: the third transition was the last thing attempted.
+    # The run did not go on unrecorded: the third commit was the last thing attempted.
     assert store.appends == 3
-    assert model.calls == 1  # appends: to tool_pending, to awaiting_receipts, then back
+    # commits: to tool_pending; to awaiting_receipts and back to the model together (a
+    # read's result and its receipts check, no call between them); the next tool call
+    assert model.calls == 2
     data = json.loads(record_path.read_text(encoding="utf-8"))
     assert data["halt_reason"] == "journal_failed"
     assert "journal" in data["error"]
     record = read_record(record_path)
     assert record.run_id == "broken-journal"
-    assert [e.seq for e in journal.events("broken-journal")] == [0, 1, 2]
+    assert [e.seq for e in journal.events("broken-journal")] == [0, 1, 2, 3]
 
 
 def test_a_failed_final_journal_write_still_leaves_the_halt_in_the_record(
