@@ -41,6 +41,7 @@ from stores import codec, redact_dsn
 from stores.postgres_open import connect, explain, passwords, scrub
 from stores.postgres_schema import (
     APPEND_EVENT,
+    APPEND_ROWS_MAX,
     CLAIM_RUN,
     DEQUEUE_JOB,
     FINISH_RUN,
@@ -59,6 +60,7 @@ from stores.postgres_schema import (
     SELECT_JOBS,
     SELECT_RUNS,
     SELECT_SUMMARIES,
+    append_rows,
 )
 
 Verb = Literal["read", "write"]
@@ -184,11 +186,18 @@ class PostgresStore:
         )
         try:
             with self._tx(run_id) as conn:
-                if conn.execute(APPEND_EVENT, (*rows[0], *onto)).rowcount != 1:
+                if len(rows) <= APPEND_ROWS_MAX:
+                    params = [value for row in rows for value in row]
+                    params += onto
+                    inserted = conn.execute(append_rows(len(rows)), params).rowcount
+                else:
+                    inserted = conn.execute(APPEND_EVENT, (*rows[0], *onto)).rowcount
+                    if inserted == 1:
+                        with conn.cursor() as cursor:
+                            cursor.executemany(INSERT_EVENT, rows[1:])
+                        inserted = len(rows)
+                if inserted != len(rows):
                     raise codec.StaleHead
-                if len(rows) > 1:
-                    with conn.cursor() as cursor:
-                        cursor.executemany(INSERT_EVENT, rows[1:])
         except (JournalError, codec.StaleHead) as exc:
             self._heads.pop(run_id, None)  # it may have committed: read the head again
             cause = exc.__cause__
