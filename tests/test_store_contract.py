@@ -768,6 +768,26 @@ def test_append_many_of_more_events_than_one_statement_holds_is_all_or_nothing_t
     assert verify_run(other, "run-1").ok
 
 
+def test_an_append_on_a_connection_the_server_dropped_fails_clearly_then_reconnects(
+    store: Store, other: Store, backend: Backend
+) -> None:
+    # PostgreSQL runs an append as one statement in autocommit: a dropped connection is a
+    # clear error, nothing half-written, and the next write reconnects (in transactions again)
+    if backend.name != "postgres":
+        pytest.skip("a server connection is PostgreSQL's")
+    store.start_run(run_row(), started())
+    store.append_many([transition(1), transition(2)])
+    pid = store.conn.info.backend_pid  # type: ignore[attr-defined]
+    backend.sql("SELECT pg_terminate_backend(?)", (pid,))
+    with pytest.raises(JournalError, match="write failed"):
+        store.append_many([transition(3), transition(4)])
+    assert [e.seq for e in other.events("run-1")] == [0, 1, 2]
+    store.append_many([transition(3), transition(4)])
+    assert not store.conn.autocommit  # type: ignore[attr-defined]
+    assert [e.seq for e in store.events("run-1")] == [0, 1, 2, 3, 4]  # a transaction
+    assert verify_run(other, "run-1").ok
+
+
 def test_two_stores_racing_on_one_run_never_fork_its_chain(backend: Backend, store: Store) -> None:
     # Two writers append to the same run at once, each onto the head it last read: exactly
     # one wins each seq, the loser is told, reads the head again and goes on.
