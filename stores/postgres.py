@@ -8,7 +8,9 @@ and migrating in `stores.postgres_open`. Select it with `--db postgresql://…` 
 `stores.open_store`); nothing else imports psycopg.
 
 One connection per store object, autocommit off, each operation in its own explicit
-transaction (nothing is left idle in a transaction between calls). A store may be shared by
+transaction (nothing is left idle in a transaction between calls); an append of up to
+`APPEND_ROWS_MAX` events is one statement, run in autocommit (one round trip, the same
+commit). A store may be shared by
 threads (its operations take turns), but a worker thread is better served by its own.
 """
 
@@ -41,6 +43,7 @@ from stores import codec, redact_dsn
 from stores.postgres_open import connect, explain, passwords, scrub
 from stores.postgres_schema import (
     APPEND_EVENT,
+    APPEND_ROWS_MAX,
     CLAIM_RUN,
     DEQUEUE_JOB,
     FINISH_RUN,
@@ -59,6 +62,7 @@ from stores.postgres_schema import (
     SELECT_JOBS,
     SELECT_RUNS,
     SELECT_SUMMARIES,
+    append_rows,
 )
 
 Verb = Literal["read", "write"]
@@ -102,8 +106,11 @@ class PostgresStore:
         return connect(self.dsn, self.location, self._secrets, read_only=self.read_only)
 
     @contextmanager
-    def _tx(self, run_id: str | None, verb: Verb = "write") -> Iterator[psycopg.Connection[Any]]:
-        """One transaction, committed on success and rolled back on any failure. Every
+    def _tx(
+        self, run_id: str | None, verb: Verb = "write", *, atomic: bool = True
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """One transaction, committed on success and rolled back on any failure; not
+        `atomic`: one statement in autocommit (its own transaction, one round trip). Every
         failure of the server or of serialization becomes a `JournalError`. A connection the
         server dropped is replaced at the next call."""
         with self._lock:
@@ -112,8 +119,16 @@ class PostgresStore:
             if self.conn.closed:
                 self.conn = self._connect()
             try:
-                with self.conn.transaction():
-                    yield self.conn
+                if atomic:
+                    with self.conn.transaction():
+                        yield self.conn
+                else:
+                    self.conn.autocommit = True
+                    try:
+                        yield self.conn
+                    finally:
+                        if not self.conn.closed:
+                            self.conn.autocommit = False
             except psycopg.Error as exc:
                 raise self._error(f"{verb} failed: {explain(exc)}", run_id) from exc
             except (TypeError, ValueError, OverflowError) as exc:
@@ -154,7 +169,7 @@ class PostgresStore:
         return head
 
     def append(self, event: Event) -> str:
-        """One INSERT in one transaction; returns the run's new head hash. It inserts only
+        """One INSERT, autocommit; returns the run's new head hash. It inserts only
         onto the run's head (the event before it holds the hash it chains onto, and the
         primary key lets one event only follow that one), so two writers can never fork one
         run's chain."""
@@ -162,7 +177,8 @@ class PostgresStore:
 
     def append_many(self, events: Sequence[Event]) -> str:
         """Chain several events of one run onto its head, each its own row with its own hash,
-        in ONE transaction, all or none; returns the new head hash."""
+        in ONE transaction (up to `APPEND_ROWS_MAX` of them: one statement), all or none;
+        returns the new head hash."""
         if not events:
             raise self._error("append_many: no events to append")
         run_id = events[0].run_id
@@ -183,12 +199,19 @@ class PostgresStore:
             bytes.fromhex(prev) if v3 else None,
         )
         try:
-            with self._tx(run_id) as conn:
-                if conn.execute(APPEND_EVENT, (*rows[0], *onto)).rowcount != 1:
+            with self._tx(run_id, atomic=len(rows) > APPEND_ROWS_MAX) as conn:
+                if len(rows) <= APPEND_ROWS_MAX:
+                    params = [value for row in rows for value in row]
+                    params += onto
+                    inserted = conn.execute(append_rows(len(rows)), params).rowcount
+                else:
+                    inserted = conn.execute(APPEND_EVENT, (*rows[0], *onto)).rowcount
+                    if inserted == 1:
+                        with conn.cursor() as cursor:
+                            cursor.executemany(INSERT_EVENT, rows[1:])
+                        inserted = len(rows)
+                if inserted != len(rows):
                     raise codec.StaleHead
-                if len(rows) > 1:
-                    with conn.cursor() as cursor:
-                        cursor.executemany(INSERT_EVENT, rows[1:])
         except (JournalError, codec.StaleHead) as exc:
             self._heads.pop(run_id, None)  # it may have committed: read the head again
             cause = exc.__cause__

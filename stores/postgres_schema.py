@@ -10,6 +10,7 @@ the "C" collation, so order is byte order, as in SQLite, whatever the database's
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 import attrs
@@ -164,6 +165,30 @@ APPEND_EVENT = f"""
            %s::text, %s::bigint, %s::text, %s::text, %s::bytea
     WHERE EXISTS (SELECT 1 FROM events WHERE run_id = %s AND seq = %s
                   AND (hash = %s::text OR digest = %s::bytea))"""  # noqa: S608
+_ROW = """(%s::text, %s::bigint, %s::text, %s::bigint, %s::text, %s::text, %s::text,
+            %s::text, %s::text, %s::integer, %s::text, %s::text, %s::text, %s::text,
+            %s::text, %s::bigint, %s::text, %s::text, %s::bytea)"""
+#: The most events `append_rows` writes in one statement.
+APPEND_ROWS_MAX = 32
+
+
+@functools.cache
+def append_rows(count: int) -> str:
+    """`APPEND_EVENT` for `count` events (`APPEND_ROWS_MAX` at most) in one statement: it
+    inserts every row or none (the head check holds for all or none, and a key violated by
+    any row aborts the statement). Parameters: the events' 19 columns each, in order, then
+    as `APPEND_EVENT`'s last four, for the first event."""
+    if count == 1:
+        return APPEND_EVENT
+    if not 1 < count <= APPEND_ROWS_MAX:
+        raise ValueError(f"append_rows: {count} rows")
+    return f"""
+    INSERT INTO events ({_EVENT_COLUMNS})
+    SELECT * FROM (VALUES {", ".join([_ROW] * count)}) AS batch
+    WHERE EXISTS (SELECT 1 FROM events WHERE run_id = %s AND seq = %s
+                  AND (hash = %s::text OR digest = %s::bytea))"""  # noqa: S608
+
+
 SELECT_CHAIN = f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = %s ORDER BY seq"  # noqa: S608
 _HEX = "COALESCE(hash, encode(digest, 'hex'))"
 #: The newest event's hash (hex) and seq of the run whose id is bound as `%(run_id)s`.

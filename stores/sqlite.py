@@ -39,6 +39,7 @@ from stores import sqlite_schema as queue_sql
 from stores.sqlite_open import Synchronous, explain, open_journal
 from stores.sqlite_schema import (
     APPEND_EVENT,
+    APPEND_ROWS_MAX,
     CLAIM_RUN,
     FINISH_RUN,
     INSERT_DECLARATION,
@@ -50,6 +51,7 @@ from stores.sqlite_schema import (
     SELECT_NEWEST,
     SELECT_RUNS,
     SELECT_SUMMARIES,
+    append_rows,
 )
 
 T = TypeVar("T")
@@ -201,11 +203,17 @@ class SqliteStore:
             rows.append(row)
         onto = (run_id, events[0].seq - 1, bytes.fromhex(prev) if version >= 3 else prev)
         try:
-            with self._tx(run_id, atomic=len(rows) > 1) as conn:
-                cursor = self._locked(lambda: conn.execute(APPEND_EVENT, (*rows[0], *onto)), run_id)
-                if cursor.rowcount != 1:
-                    raise codec.StaleHead
-                conn.executemany(INSERT_EVENT, rows[1:])
+            if len(rows) <= APPEND_ROWS_MAX:
+                params = [value for row in rows for value in row]
+                params += onto
+                inserted = self._write(append_rows(len(rows)), params, run_id).rowcount
+            else:
+                with self._tx(run_id) as conn:
+                    inserted = conn.execute(APPEND_EVENT, (*rows[0], *onto)).rowcount
+                    if inserted == 1:
+                        inserted += conn.executemany(INSERT_EVENT, rows[1:]).rowcount
+            if inserted != len(rows):
+                raise codec.StaleHead
         except (JournalError, codec.StaleHead) as exc:
             self._heads.pop(run_id, None)
             cause = exc.__cause__
@@ -216,6 +224,18 @@ class SqliteStore:
             raise
         self._heads[run_id] = head
         return head
+
+    def _write(self, sql: str, params: Sequence[Any], run_id: str) -> sqlite3.Cursor:
+        """One autocommit statement (its own committed transaction); a busy journal is
+        waited for as by `_locked`, every failure is a `JournalError`."""
+        try:
+            return self._locked(lambda: self.conn.execute(sql, params), run_id)
+        except sqlite3.Error as exc:
+            raise self._error(f"write failed: {explain(exc)}", run_id) from exc
+        except (TypeError, ValueError) as exc:
+            raise self._error(
+                f"cannot serialize the entry ({exc}); nothing was written", run_id
+            ) from exc
 
     def _mode(self, run_id: str) -> tuple[bytes | None, int]:
         """The key the run's chain is made with, and its version (read once per run)."""

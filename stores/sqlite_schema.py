@@ -5,6 +5,7 @@ UPDATE and DELETE, so nothing journaled is rewritten.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -137,6 +138,28 @@ APPEND_EVENT = f"""
     INSERT INTO events ({_EVENT_COLUMNS})
     SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
     WHERE (SELECT COALESCE(digest, hash) FROM events WHERE run_id = ? AND seq = ?) = ?"""  # noqa: S608
+#: The most events `append_rows` writes in one statement (19 parameters each, well under
+#: the 999 variables of the oldest SQLite builds).
+APPEND_ROWS_MAX = 32
+_ROW = "(" + ", ".join("?" * 19) + ")"
+
+
+@functools.cache
+def append_rows(count: int) -> str:
+    """`APPEND_EVENT` for `count` events (`APPEND_ROWS_MAX` at most) in one statement: it
+    inserts every row or none (the head check holds for all or none, and a constraint
+    violated by any row aborts the whole statement). Parameters: the events' 19 columns
+    each, in order, then run_id, the first's seq - 1 and that hash as stored."""
+    if count == 1:
+        return APPEND_EVENT
+    if not 1 < count <= APPEND_ROWS_MAX:
+        raise ValueError(f"append_rows: {count} rows")
+    return f"""
+    INSERT INTO events ({_EVENT_COLUMNS})
+    SELECT * FROM (VALUES {", ".join([_ROW] * count)})
+    WHERE (SELECT COALESCE(digest, hash) FROM events WHERE run_id = ? AND seq = ?) = ?"""  # noqa: S608
+
+
 INSERT_DECLARATION = """
     INSERT INTO declarations (sha256, name, text) VALUES (?, ?, ?)
     ON CONFLICT (sha256) DO NOTHING"""

@@ -45,6 +45,7 @@ from fsm_agent.snapshot import Snapshot, ToolOutcome
 from stores import is_dsn, open_store, redact_dsn
 from stores.postgres_schema import _HEAD as _PG_HEAD
 from stores.sqlite import SqliteStore
+from stores.sqlite_schema import APPEND_ROWS_MAX
 from tests.child_writer import expected_halt
 from tests.child_writer import run_id as writer_run_id
 from tests.lab import LOOKUP, MISS, lab_run
@@ -749,6 +750,41 @@ def test_append_many_chains_each_event_on_the_one_before_in_one_transaction(
     assert [e.note for e in other.events("run-1")][-1] != "fork"
     assert backend.sql("SELECT count(*) FROM events") == [(5,)]
     assert store.append_many([transition(5), transition(6)]) == other.chain("run-1")[2]
+    assert verify_run(other, "run-1").ok
+
+
+def test_append_many_of_more_events_than_one_statement_holds_is_all_or_nothing_too(
+    store: Store, other: Store, backend: Backend
+) -> None:
+    # SQLite writes up to APPEND_ROWS_MAX events in one statement, more in a transaction
+    count = APPEND_ROWS_MAX + 8
+    store.start_run(run_row(), started())
+    with pytest.raises(JournalError, match="not written"):
+        store.append_many([*map(transition, range(1, count)), transition(count - 1)])
+    assert backend.sql("SELECT count(*) FROM events") == [(1,)]
+    head = store.append_many([transition(seq) for seq in range(1, count + 1)])
+    assert [e.seq for e in other.events("run-1")] == list(range(count + 1))
+    assert head == other.chain("run-1")[2]
+    assert verify_run(other, "run-1").ok
+
+
+def test_an_append_on_a_connection_the_server_dropped_fails_clearly_then_reconnects(
+    store: Store, other: Store, backend: Backend
+) -> None:
+    # PostgreSQL runs an append as one statement in autocommit: a dropped connection is a
+    # clear error, nothing half-written, and the next write reconnects (in transactions again)
+    if backend.name != "postgres":
+        pytest.skip("a server connection is PostgreSQL's")
+    store.start_run(run_row(), started())
+    store.append_many([transition(1), transition(2)])
+    pid = store.conn.info.backend_pid  # type: ignore[attr-defined]
+    backend.sql("SELECT pg_terminate_backend(?)", (pid,))
+    with pytest.raises(JournalError, match="write failed"):
+        store.append_many([transition(3), transition(4)])
+    assert [e.seq for e in other.events("run-1")] == [0, 1, 2]
+    store.append_many([transition(3), transition(4)])
+    assert not store.conn.autocommit  # type: ignore[attr-defined]
+    assert [e.seq for e in store.events("run-1")] == [0, 1, 2, 3, 4]  # a transaction
     assert verify_run(other, "run-1").ok
 
 
