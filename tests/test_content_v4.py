@@ -208,6 +208,43 @@ def test_every_generated_run_decodes_to_the_events_written(seed: int) -> None:
     assert again == rows
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=2**32))
+def test_a_repeated_snapshot_text_reads_as_it_does_on_its_own(seed: int) -> None:
+    # a run often writes the same snapshot text in consecutive rows: one read of the rows
+    # builds it once, and must give what each row gives read on its own
+    rows = _rows(generated_run(seed))
+    rng = random.Random(seed)  # noqa: S311 - reproducible test data
+    for i in range(2, len(rows)):
+        if rng.random() < 0.6:
+            rows[i]["snapshot"] = rows[i - 1]["snapshot"]
+    alone = []
+    for r in rows:
+        try:
+            alone.append(codec.event(r, _fail, rows[0]))
+        except JournalError as exc:  # a copied text the row's own columns do not fit
+            alone.append(str(exc))
+    for i in range(len(rows)):  # a read of rows stops at its first corrupt one
+        errors = [e for e in alone[: i + 1] if type(e) is str]
+        try:
+            got: Any = codec.events(rows[: i + 1], _fail)[-1]
+        except JournalError as exc:
+            got = str(exc)
+        assert got == (errors[0] if errors else alone[i])
+    assert any(type(e) is Event for e in alone)
+
+
+def test_a_corrupt_row_repeating_the_previous_snapshot_text_is_refused() -> None:
+    rows = _rows(generated_run(7))
+    while len(rows) < 3:
+        rows = rows + _rows(generated_run(7))[1:]
+    rows[2]["snapshot"] = rows[1]["snapshot"]
+    rows[2]["at_ms"] = "soon"  # the row's own column no longer reads
+    codec.events(rows[:2], _fail)
+    with pytest.raises(JournalError, match="corrupt event seq 2"):
+        codec.events(rows[:3], _fail)
+
+
 @pytest.fixture
 def v4(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chain_hash, "CURRENT_VERSION", 4)
