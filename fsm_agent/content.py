@@ -351,7 +351,23 @@ def event(r: Mapping[str, Any], base: Mapping[str, Any] | None, memo: Memo | Non
     )
 
 
+#: Facts columns already decoded whose value holds nothing mutable and no tool outcome (an
+#: action with no reply: one serves every event with the same text).
+_facts_texts: dict[str, Facts] = {}
+
+
 def _facts(text: str, snapshot: Snapshot) -> Facts:
+    found = _facts_texts.get(text)
+    if found is None:
+        found = _facts_read_text(text, snapshot)
+        if found.tool is None and found.reply is None and found.repaired is None:
+            if len(_facts_texts) >= 4096:
+                _facts_texts.clear()
+            _facts_texts[text] = found
+    return found
+
+
+def _facts_read_text(text: str, snapshot: Snapshot) -> Facts:
     try:
         data = loads(text)
     except Exception as exc:

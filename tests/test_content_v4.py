@@ -245,6 +245,19 @@ def test_a_corrupt_row_repeating_the_previous_snapshot_text_is_refused() -> None
         codec.events(rows[:3], _fail)
 
 
+def test_facts_read_once_per_text_share_nothing_mutable() -> None:
+    rows = _rows(generated_run(3))
+    row = {**rows[-1], "facts": '{"action":"model","reply":{"a":[1]}}'}
+    plain = {**rows[-1], "facts": '{"action":"receipts"}'}
+    first, again = (codec.event(row, _fail, rows[0]) for _ in range(2))
+    assert first.facts == again.facts == Facts(action="model", reply={"a": [1]})
+    assert first.facts is not None
+    assert again.facts is not None
+    assert first.facts.reply is not again.facts.reply  # a caller may change its own copy
+    read = [codec.event(plain, _fail, rows[0]) for _ in range(2)]
+    assert [e.facts for e in read] == [Facts(action="receipts")] * 2
+
+
 @pytest.fixture
 def v4(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chain_hash, "CURRENT_VERSION", 4)
