@@ -270,11 +270,23 @@ def _base_snapshot(text: str) -> Snapshot:
     return found
 
 
-def _memo_value(name: str, data: dict[str, Any]) -> Any:
-    """Field `name` of written snapshot `data`, built (raises `serde_gen.Refused` for one
-    the fast path does not take)."""
-    value = data.get(name, _MISSING)
-    return _MEMO_DEFAULT[name]() if value is _MISSING else _MEMO_READ[name](value)
+def _memo_value(name: str, value: Any, before: Any, built: Any) -> Any:
+    """Field `name` of a written snapshot from its written `value` (`_MISSING`: left out);
+    the previous row's `built` value when that row wrote the very same value (`before`:
+    equal, and of the same JSON types, which orjson's text tells apart: 1, 1.0 and true).
+    Raises `serde_gen.Refused` for one the fast path does not take."""
+    if value is _MISSING:
+        return _MEMO_DEFAULT[name]()
+    if value == before and value.__class__ is dict and _same_text(value, before):
+        return built
+    return _MEMO_READ[name](value)
+
+
+def _same_text(a: Any, b: Any) -> bool:
+    try:
+        return orjson.dumps(a) == orjson.dumps(b)
+    except orjson.JSONEncodeError:  # a value orjson does not write: not compared
+        return False
 
 
 _MISSING: Final = object()
@@ -285,10 +297,17 @@ def _snapshot_memo(
 ) -> Any:
     first = _base_snapshot(first_text)
     if data is not None:  # else the memo holds this row's text (`event` saw it)
+        key = (first_text, r["snapshot"])
+        same = memo.get("first") == first_text
+        raw, built = (memo["raw"], memo["values"]) if same else ((_MISSING,) * 3, (None,) * 3)
         memo.clear()  # a row that does not read leaves nothing behind
         rest = {k: v for k, v in data.items() if k not in _MEMO_READ}
-        values = [_memo_value(name, data) for name in _MEMO_READ]
-        memo.update(key=(first_text, r["snapshot"]), rest=rest, values=values)
+        now = [data.get(name, _MISSING) for name in _MEMO_READ]
+        values = [
+            _memo_value(name, v, b, o)
+            for name, v, b, o in zip(_MEMO_READ, now, raw, built, strict=True)
+        ]
+        memo.update(key=key, first=first_text, rest=rest, raw=now, values=values)
     return _snapshot_memo_read(
         memo["rest"], first, r["source"], r["trigger"], r["at_ms"], *memo["values"]
     )

@@ -234,6 +234,30 @@ def test_a_repeated_snapshot_text_reads_as_it_does_on_its_own(seed: int) -> None
     assert any(type(e) is Event for e in alone)
 
 
+@pytest.mark.parametrize("values", [(1, True, 1.0, 1), ("a", "a", 2, 2.0), (None, 0, False, 0)])
+def test_a_tool_outcome_repeated_from_the_row_before_keeps_its_json_types(
+    values: tuple[Any, ...],
+) -> None:
+    # JSON-equal values of other types (1, 1.0, true) are not the same written value
+    rows = _rows(generated_run(11))
+    while len(rows) < len(values) + 1:
+        rows = rows + [
+            {**r, "seq": len(rows) + i} for i, r in enumerate(_rows(generated_run(11))[1:])
+        ]
+    for seq, value in enumerate(values, start=1):
+        data = content.written(rows[seq]["snapshot"])
+        tool = {"name": "t", "args": {"x": value}, "status": "returned", "observation": [value]}
+        rows[seq]["snapshot"] = content.dumps([content.MARK, {**data, "tool": tool}])
+        rows[seq]["facts"] = None
+    rows = rows[: len(values) + 1]
+    read = codec.events(rows, _fail)
+    assert read == [codec.event(r, _fail, rows[0]) for r in rows]
+    for event, value in zip(read[1:], values, strict=True):
+        assert event.snapshot.tool is not None
+        assert type(event.snapshot.tool.args["x"]) is type(value)
+        assert type(event.snapshot.tool.observation[0]) is type(value)
+
+
 def test_a_corrupt_row_repeating_the_previous_snapshot_text_is_refused() -> None:
     rows = _rows(generated_run(7))
     while len(rows) < 3:
