@@ -290,7 +290,13 @@ def events(rows: Iterable[Mapping[str, Any]], fail: Fail) -> list[Event]:
     try:
         base: Mapping[str, Any] | None = None
         out, memo = [], {}  # type: ignore[var-annotated]
+        names: list[str] | None = None
         for r in rows:
+            if not isinstance(r, dict) and isinstance(r, Sequence):
+                # a row read by name (`sqlite3.Row`) looks each column up by comparing
+                # names: one dict of it is cheaper than the ~20 lookups a decode makes
+                names = names or list(r.keys())
+                r = dict(zip(names, r, strict=True))
             if base is None and r["seq"] == 0:
                 base = r
             out.append(event(r, fail, base, memo))
