@@ -25,16 +25,18 @@ of the value only: decoding it and writing the value again gives it back.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
 import orjson
 
 from fsm_agent import serde
+from fsm_agent.budgets import Meters
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import Event, Facts, GuardResult
-from fsm_agent.snapshot import Snapshot
+from fsm_agent.proposals import Proposal
+from fsm_agent.snapshot import Snapshot, ToolOutcome
 
 #: The first element of a version-4 snapshot text.
 MARK: Final = 4
@@ -229,6 +231,29 @@ _snapshot_read = serde.structure_delta(
     Snapshot, {name: f"b.{name}" for name in BASE_FIELDS}, _ROW, "b, source, trigger, at_ms"
 )
 _facts_read = serde.structure_delta(Facts, {"tool": "tool"}, {}, "tool")
+#: The same, with the fields that repeat from event to event (`MEMO_FIELDS`) given built.
+_snapshot_memo_read = serde.structure_delta(
+    Snapshot,
+    {**{name: f"b.{name}" for name in BASE_FIELDS}, "meters": "meters", "tool": "tool",
+     "proposal": "proposal"},
+    _ROW,
+    "b, source, trigger, at_ms, meters, tool, proposal",
+)  # fmt: skip
+#: Snapshot fields given built to `_snapshot_memo_read`, with their structurers.
+_MEMO_READ: Final = {
+    "meters": serde.fast_structurer(Meters),
+    "tool": serde.fast_structurer(ToolOutcome | None),
+    "proposal": serde.fast_structurer(Proposal | None),
+}
+_MEMO_DEFAULT: Final[dict[str, Callable[[], Any]]] = {
+    "meters": Meters, "tool": lambda: None, "proposal": lambda: None
+}  # fmt: skip
+#: What one read of a run's events keeps of its previous row: the snapshot text, and what
+#: that text gave (the other written fields, and the built `_MEMO_READ` values). A row
+#: with the very same text (a run often writes its snapshot again unchanged: only the row's
+#: own columns moved) is built from them without reading the text again. The values are
+#: shared among the events of that read only, as the run itself shared them.
+Memo = dict[str, Any]
 _base_snapshots: dict[str, Snapshot] = {}
 
 
@@ -245,29 +270,82 @@ def _base_snapshot(text: str) -> Snapshot:
     return found
 
 
-def _snapshot(r: Mapping[str, Any], data: dict[str, Any], base: Mapping[str, Any]) -> Snapshot:
-    """A later event's snapshot: its written `data` and what `row_base` restores."""
+def _memo_value(name: str, value: Any, before: Any, built: Any) -> Any:
+    """Field `name` of a written snapshot from its written `value` (`_MISSING`: left out);
+    the previous row's `built` value when that row wrote the very same value (`before`:
+    equal, and of the same JSON types, which orjson's text tells apart: 1, 1.0 and true).
+    Raises `serde_gen.Refused` for one the fast path does not take."""
+    if value is _MISSING:
+        return _MEMO_DEFAULT[name]()
+    if value == before and value.__class__ is dict and _same_text(value, before):
+        return built
+    return _MEMO_READ[name](value)
+
+
+def _same_text(a: Any, b: Any) -> bool:
+    try:
+        return orjson.dumps(a) == orjson.dumps(b)
+    except orjson.JSONEncodeError:  # a value orjson does not write: not compared
+        return False
+
+
+_MISSING: Final = object()
+
+
+def _snapshot_memo(
+    r: Mapping[str, Any], data: dict[str, Any] | None, first_text: str, memo: Memo
+) -> Any:
+    first = _base_snapshot(first_text)
+    if data is not None:  # else the memo holds this row's text (`event` saw it)
+        key = (first_text, r["snapshot"])
+        same = memo.get("first") == first_text
+        raw, built = (memo["raw"], memo["values"]) if same else ((_MISSING,) * 3, (None,) * 3)
+        memo.clear()  # a row that does not read leaves nothing behind
+        rest = {k: v for k, v in data.items() if k not in _MEMO_READ}
+        now = [data.get(name, _MISSING) for name in _MEMO_READ]
+        values = [
+            _memo_value(name, v, b, o)
+            for name, v, b, o in zip(_MEMO_READ, now, raw, built, strict=True)
+        ]
+        memo.update(key=key, first=first_text, rest=rest, raw=now, values=values)
+    return _snapshot_memo_read(
+        memo["rest"], first, r["source"], r["trigger"], r["at_ms"], *memo["values"]
+    )
+
+
+def _snapshot(
+    r: Mapping[str, Any], data: dict[str, Any] | None, base: Mapping[str, Any], memo: Memo | None
+) -> Snapshot:
+    """A later event's snapshot: its written `data` (None: the `memo`'s) and what
+    `row_base` restores."""
     first = base["snapshot"]
     try:
+        if memo is not None:
+            return _snapshot_memo(r, data, first, memo)  # type: ignore[no-any-return]
+        assert data is not None  # noqa: S101 - no memo: `event` read the text
         return _snapshot_read(data, _base_snapshot(first), r["source"], r["trigger"], r["at_ms"])  # type: ignore[no-any-return]
     except Corrupt:
         raise
     except Exception:  # not taken as it is: the converter builds it or says what is wrong
+        data = written(r["snapshot"])
         merged = {**row_base(base_of(first), r["source"], r["trigger"], r["at_ms"]), **data}
         return _column("snapshot", serde.structure_fast, merged, Snapshot)  # type: ignore[no-any-return]
 
 
-def event(r: Mapping[str, Any], base: Mapping[str, Any] | None) -> Event:
+def event(r: Mapping[str, Any], base: Mapping[str, Any] | None, memo: Memo | None = None) -> Event:
     """One version-4 `events` row as an `Event`; `base`: the run's seq-0 row (None when
-    this row is that one). Raises `Corrupt` (naming the column) for one that does not read."""
+    this row is that one); `memo`: the values already built by this read of the run's
+    events (`Memo`). Raises `Corrupt` (naming the column) for one that does not read."""
     seq = r["seq"]
-    data = written(r["snapshot"])
+    text = r["snapshot"]
+    hit = memo is not None and base is not None and memo.get("key") == (base["snapshot"], text)
+    data = None if hit else written(text)
     if seq == 0:
         snapshot = _column("snapshot", serde.structure_fast, data, Snapshot)
     elif base is None:
         raise Corrupt("snapshot: the run's first event is needed to read it")
     else:
-        snapshot = _snapshot(r, data, base)
+        snapshot = _snapshot(r, data, base, memo)
     facts = r["facts"]
     if facts is not None:
         facts = _facts(facts, snapshot)
@@ -292,7 +370,23 @@ def event(r: Mapping[str, Any], base: Mapping[str, Any] | None) -> Event:
     )
 
 
+#: Facts columns already decoded whose value holds nothing mutable and no tool outcome (an
+#: action with no reply: one serves every event with the same text).
+_facts_texts: dict[str, Facts] = {}
+
+
 def _facts(text: str, snapshot: Snapshot) -> Facts:
+    found = _facts_texts.get(text)
+    if found is None:
+        found = _facts_read_text(text, snapshot)
+        if found.tool is None and found.reply is None and found.repaired is None:
+            if len(_facts_texts) >= 4096:
+                _facts_texts.clear()
+            _facts_texts[text] = found
+    return found
+
+
+def _facts_read_text(text: str, snapshot: Snapshot) -> Facts:
     try:
         data = loads(text)
     except Exception as exc:

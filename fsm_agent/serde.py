@@ -108,6 +108,12 @@ def structure_fast(data: Any, cls: Any) -> Any:
         return converter.structure(data, cls)
 
 
+def fast_structurer(cls: Any) -> Callable[[Any], Any]:
+    """The generated structurer of `cls` alone: raises `serde_gen.Refused` for what it does
+    not take (the caller hands that to the converter)."""
+    return _fast.value_structurer(cls)
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON text of a journal value (sorted keys, no NaN)."""
     return json.dumps(

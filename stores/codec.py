@@ -289,11 +289,17 @@ def events(rows: Iterable[Mapping[str, Any]], fail: Fail) -> list[Event]:
     gc.disable()
     try:
         base: Mapping[str, Any] | None = None
-        out = []
+        out, memo = [], {}  # type: ignore[var-annotated]
+        names: list[str] | None = None
         for r in rows:
+            if not isinstance(r, dict) and isinstance(r, Sequence):
+                # a row read by name (`sqlite3.Row`) looks each column up by comparing
+                # names: one dict of it is cheaper than the ~20 lookups a decode makes
+                names = names or list(r.keys())
+                r = dict(zip(names, r, strict=True))
             if base is None and r["seq"] == 0:
                 base = r
-            out.append(event(r, fail, base))
+            out.append(event(r, fail, base, memo))
         return out
     finally:
         if enabled:
@@ -316,12 +322,18 @@ def _guards(text: str) -> tuple[GuardResult, ...]:
     return found
 
 
-def event(r: Mapping[str, Any], fail: Fail, base: Mapping[str, Any] | None = None) -> Event:
+def event(
+    r: Mapping[str, Any],
+    fail: Fail,
+    base: Mapping[str, Any] | None = None,
+    memo: content.Memo | None = None,
+) -> Event:
     """One `events` row as an `Event`; `base`: the run's seq-0 row, which a row written by
-    chain version 4's rules (`fsm_agent.content`) is read against."""
+    chain version 4's rules (`fsm_agent.content`) is read against; `memo`: what this read
+    of the run's rows already built (`content.Memo`)."""
     if content.is_v4(r.get("snapshot")):
         try:
-            return content.event(r, None if r["seq"] == 0 else base)
+            return content.event(r, None if r["seq"] == 0 else base, memo)
         except Exception as exc:
             message = f"corrupt event seq {r.get('seq')}: {serde.error_path(exc)}"
             raise fail(message, r.get("run_id")) from exc

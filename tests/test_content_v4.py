@@ -208,6 +208,80 @@ def test_every_generated_run_decodes_to_the_events_written(seed: int) -> None:
     assert again == rows
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=2**32))
+def test_a_repeated_snapshot_text_reads_as_it_does_on_its_own(seed: int) -> None:
+    # a run often writes the same snapshot text in consecutive rows: one read of the rows
+    # builds it once, and must give what each row gives read on its own
+    rows = _rows(generated_run(seed))
+    rng = random.Random(seed)  # noqa: S311 - reproducible test data
+    for i in range(2, len(rows)):
+        if rng.random() < 0.6:
+            rows[i]["snapshot"] = rows[i - 1]["snapshot"]
+    alone = []
+    for r in rows:
+        try:
+            alone.append(codec.event(r, _fail, rows[0]))
+        except JournalError as exc:  # a copied text the row's own columns do not fit
+            alone.append(str(exc))
+    for i in range(len(rows)):  # a read of rows stops at its first corrupt one
+        errors = [e for e in alone[: i + 1] if type(e) is str]
+        try:
+            got: Any = codec.events(rows[: i + 1], _fail)[-1]
+        except JournalError as exc:
+            got = str(exc)
+        assert got == (errors[0] if errors else alone[i])
+    assert any(type(e) is Event for e in alone)
+
+
+@pytest.mark.parametrize("values", [(1, True, 1.0, 1), ("a", "a", 2, 2.0), (None, 0, False, 0)])
+def test_a_tool_outcome_repeated_from_the_row_before_keeps_its_json_types(
+    values: tuple[Any, ...],
+) -> None:
+    # JSON-equal values of other types (1, 1.0, true) are not the same written value
+    rows = _rows(generated_run(11))
+    while len(rows) < len(values) + 1:
+        rows = rows + [
+            {**r, "seq": len(rows) + i} for i, r in enumerate(_rows(generated_run(11))[1:])
+        ]
+    for seq, value in enumerate(values, start=1):
+        data = content.written(rows[seq]["snapshot"])
+        tool = {"name": "t", "args": {"x": value}, "status": "returned", "observation": [value]}
+        rows[seq]["snapshot"] = content.dumps([content.MARK, {**data, "tool": tool}])
+        rows[seq]["facts"] = None
+    rows = rows[: len(values) + 1]
+    read = codec.events(rows, _fail)
+    assert read == [codec.event(r, _fail, rows[0]) for r in rows]
+    for event, value in zip(read[1:], values, strict=True):
+        assert event.snapshot.tool is not None
+        assert type(event.snapshot.tool.args["x"]) is type(value)
+        assert type(event.snapshot.tool.observation[0]) is type(value)
+
+
+def test_a_corrupt_row_repeating_the_previous_snapshot_text_is_refused() -> None:
+    rows = _rows(generated_run(7))
+    while len(rows) < 3:
+        rows = rows + _rows(generated_run(7))[1:]
+    rows[2]["snapshot"] = rows[1]["snapshot"]
+    rows[2]["at_ms"] = "soon"  # the row's own column no longer reads
+    codec.events(rows[:2], _fail)
+    with pytest.raises(JournalError, match="corrupt event seq 2"):
+        codec.events(rows[:3], _fail)
+
+
+def test_facts_read_once_per_text_share_nothing_mutable() -> None:
+    rows = _rows(generated_run(3))
+    row = {**rows[-1], "facts": '{"action":"model","reply":{"a":[1]}}'}
+    plain = {**rows[-1], "facts": '{"action":"receipts"}'}
+    first, again = (codec.event(row, _fail, rows[0]) for _ in range(2))
+    assert first.facts == again.facts == Facts(action="model", reply={"a": [1]})
+    assert first.facts is not None
+    assert again.facts is not None
+    assert first.facts.reply is not again.facts.reply  # a caller may change its own copy
+    read = [codec.event(plain, _fail, rows[0]) for _ in range(2)]
+    assert [e.facts for e in read] == [Facts(action="receipts")] * 2
+
+
 @pytest.fixture
 def v4(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(chain_hash, "CURRENT_VERSION", 4)
