@@ -43,8 +43,22 @@ MARK: Final = 4
 PREFIX: Final = "[4,"
 
 _OPTIONS: Final = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
-_snapshot_form = serde.compact_hook(Snapshot)
-_facts_form = serde.compact_hook(Facts)
+
+
+def _on_first_use(name: str, make: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
+    """A stand-in for the generated function `name` of this module: it generates it at its
+    first call and puts it in its place, so importing fsm-agent (`--help`, `runs`) does not
+    pay for code generation, and every later call goes to the generated function directly."""
+
+    def first(*args: Any) -> Any:
+        made = globals()[name] = make()
+        return made(*args)
+
+    return first
+
+
+_snapshot_form = _on_first_use("_snapshot_form", lambda: serde.compact_hook(Snapshot))
+_facts_form = _on_first_use("_facts_form", lambda: serde.compact_hook(Facts))
 #: The snapshot fields written against the base: all but those holding free-form values
 #: (arguments, observations), which JSON-equal values of other types (1 and 1.0, 1 and
 #: true) could pass for one another, and the meters (always written: a run's live steps
@@ -61,7 +75,9 @@ _AGAINST: Final = {
     "next_action": "None",
     "clock_ms": "at_ms",
 }
-_snapshot_delta = serde.compact_delta(Snapshot, _AGAINST, "b, source, trigger, at_ms")
+_snapshot_delta = _on_first_use(
+    "_snapshot_delta", lambda: serde.compact_delta(Snapshot, _AGAINST, "b, source, trigger, at_ms")
+)
 
 
 def dumps(data: Any) -> str:
@@ -227,18 +243,20 @@ def _column(column: str, build: Any, data: Any, cls: Any) -> Any:
 
 #: A later snapshot from its written data, the run's base snapshot and the row's columns.
 _ROW: Final = {"state": "source", "outcome": "trigger", "next_action": "None", "clock_ms": "at_ms"}
-_snapshot_read = serde.structure_delta(
+_snapshot_read = _on_first_use("_snapshot_read", lambda: serde.structure_delta(
     Snapshot, {name: f"b.{name}" for name in BASE_FIELDS}, _ROW, "b, source, trigger, at_ms"
+))  # fmt: skip
+_facts_read = _on_first_use(
+    "_facts_read", lambda: serde.structure_delta(Facts, {"tool": "tool"}, {}, "tool")
 )
-_facts_read = serde.structure_delta(Facts, {"tool": "tool"}, {}, "tool")
 #: The same, with the fields that repeat from event to event (`MEMO_FIELDS`) given built.
-_snapshot_memo_read = serde.structure_delta(
+_snapshot_memo_read = _on_first_use("_snapshot_memo_read", lambda: serde.structure_delta(
     Snapshot,
     {**{name: f"b.{name}" for name in BASE_FIELDS}, "meters": "meters", "tool": "tool",
      "proposal": "proposal"},
     _ROW,
     "b, source, trigger, at_ms, meters, tool, proposal",
-)  # fmt: skip
+))  # fmt: skip
 #: Snapshot fields given built to `_snapshot_memo_read`, with their structurers.
 _MEMO_READ: Final = {
     "meters": serde.fast_structurer(Meters),
