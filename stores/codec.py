@@ -90,6 +90,27 @@ def chained(
     return (*columns, prev, digest, None), digest
 
 
+def chained_batch(
+    events: Sequence[Event],
+    prev: str,
+    key: bytes | None,
+    version: int,
+    base: Snapshot | None,
+    fail: Fail,
+) -> tuple[list[tuple[Any, ...]], str]:
+    """The INSERT parameters of consecutive events of one run, each chained onto the one
+    before (the first onto `prev`), and the new head hash; both stores' `append_many`
+    (which refuse an empty batch before they look up its run's head)."""
+    run_id = events[0].run_id
+    rows, head = [], prev
+    for event in events:
+        if event.run_id != run_id:
+            raise fail("append_many: the events are of more than one run", run_id)
+        row, head = chained(event, head, key, version, base)
+        rows.append(row)
+    return rows, head
+
+
 def base_form(first: Event) -> Snapshot | None:
     """What a run's later events are written against from chain version 4: its first
     (seq 0) event's snapshot (None when `first` is not that event)."""

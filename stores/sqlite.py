@@ -195,12 +195,7 @@ class SqliteStore:
         prev = self._heads.get(run_id) or self._head(run_id)
         key, version = self._mode(run_id)
         base = self._base(run_id) if version >= 4 else None
-        rows, head = [], prev
-        for event in events:
-            if event.run_id != run_id:
-                raise self._error("append_many: the events are of more than one run", run_id)
-            row, head = codec.chained(event, head, key, version, base)
-            rows.append(row)
+        rows, head = codec.chained_batch(events, prev, key, version, base, self._error)
         onto = (run_id, events[0].seq - 1, bytes.fromhex(prev) if version >= 3 else prev)
         try:
             if len(rows) <= APPEND_ROWS_MAX:
