@@ -157,23 +157,12 @@ def event_columns(e: Event, version: int = 3, base: Snapshot | None = None) -> t
     event's snapshot: `base_of`; None for that event itself)."""
     if version >= 4:
         return content.columns(e, None if e.seq == 0 else base)
-    return (
-        e.run_id,
-        e.seq,
-        e.kind,
-        e.at_ms,
-        e.wall_time,
-        e.source,
-        e.dest,
-        e.trigger,
-        None if e.halt is None else e.halt.value,
-        int(e.retry),
+    return content.row_columns(
+        e,
         serde.dumps_compact(e.guards),
         serde.dumps_compact(e.check),
         serde.dumps_compact(e.snapshot),
         None if e.facts is None else serde.dumps_compact(e.facts),
-        e.note,
-        e.control,
     )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 import orjson
@@ -41,6 +41,7 @@ from fsm_agent.snapshot import Snapshot, ToolOutcome
 #: The first element of a version-4 snapshot text.
 MARK: Final = 4
 PREFIX: Final = "[4,"
+T = TypeVar("T")
 
 _OPTIONS: Final = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
@@ -147,6 +148,17 @@ def facts_data(facts: Facts, snapshot: Snapshot) -> dict[str, Any]:
 def columns(e: Event, base: Snapshot | None) -> tuple[Any, ...]:
     """The stored columns of event `e` of a version-4 run whose first event's snapshot is
     `base` (None for that event itself)."""
+    guards, check = dumps(guards_data(e.guards)), dumps(guards_data(e.check))
+    snapshot = dumps([MARK, snapshot_data(e, base)])
+    facts = None if e.facts is None else dumps(facts_data(e.facts, e.snapshot))
+    return row_columns(e, guards, check, snapshot, facts)
+
+
+def row_columns(
+    e: Event, guards: str, check: str, snapshot: str, facts: str | None
+) -> tuple[Any, ...]:
+    """An event's stored columns in schema order (run_id and seq first), given the texts of
+    its JSON columns as its chain version writes them."""
     return (
         e.run_id,
         e.seq,
@@ -158,10 +170,10 @@ def columns(e: Event, base: Snapshot | None) -> tuple[Any, ...]:
         e.trigger,
         None if e.halt is None else e.halt.value,
         int(e.retry),
-        dumps(guards_data(e.guards)),
-        dumps(guards_data(e.check)),
-        dumps([MARK, snapshot_data(e, base)]),
-        None if e.facts is None else dumps(facts_data(e.facts, e.snapshot)),
+        guards,
+        check,
+        snapshot,
+        facts,
         e.note,
         e.control,
     )
@@ -207,6 +219,17 @@ def base_of(text: str) -> dict[str, Any]:
 
 
 _guard_texts: dict[str, tuple[GuardResult, ...]] = {}
+#: How many decoded texts a cache of them keeps (`remember`).
+TEXT_CACHE_LIMIT: Final = 4096
+
+
+def remember(cache: dict[str, T], text: str, value: T) -> T:
+    """Keep the immutable `value` decoded from `text` in `cache` (emptied when it holds
+    `TEXT_CACHE_LIMIT` texts: bounded memory for any journal); return it."""
+    if len(cache) >= TEXT_CACHE_LIMIT:
+        cache.clear()
+    cache[text] = value
+    return value
 
 
 def _guard(item: Any) -> GuardResult:
@@ -228,9 +251,7 @@ def guards(text: str, column: str) -> tuple[GuardResult, ...]:
             found = tuple([_guard(g) for g in data])
         except Exception as exc:
             raise Corrupt(f"{column}: {exc}") from exc
-        if len(_guard_texts) >= 4096:
-            _guard_texts.clear()
-        _guard_texts[text] = found
+        remember(_guard_texts, text, found)
     return found
 
 
@@ -398,9 +419,7 @@ def _facts(text: str, snapshot: Snapshot) -> Facts:
     if found is None:
         found = _facts_read_text(text, snapshot)
         if found.tool is None and found.reply is None and found.repaired is None:
-            if len(_facts_texts) >= 4096:
-                _facts_texts.clear()
-            _facts_texts[text] = found
+            remember(_facts_texts, text, found)
     return found
 
 

@@ -336,10 +336,9 @@ _guard_texts: dict[str, tuple[GuardResult, ...]] = {}
 def _guards(text: str) -> tuple[GuardResult, ...]:
     found = _guard_texts.get(text)
     if found is None:
-        found = serde.structure_fast(serde.loads(text), _GUARDS)
-        if len(_guard_texts) >= 4096:
-            _guard_texts.clear()
-        _guard_texts[text] = found
+        found = content.remember(
+            _guard_texts, text, serde.structure_fast(serde.loads(text), _GUARDS)
+        )
     return found
 
 
