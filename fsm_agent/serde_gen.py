@@ -263,33 +263,17 @@ class _Gen:
         found = self.unstructurers.get(cls)
         if found is not None:
             return found
-        fields = attrs.fields(attrs.resolve_types(cls))
-        env: dict[str, Any] = {}
-        lines = ["def unstructure(o):\n", "    d = {}\n"]
-        for i, f in enumerate(fields):
-            value = self._unstructure_expr(f.type, "v", env)
-            lines.append(f"    v = o.{f.name}\n")
-            if f.default is attrs.NOTHING:
-                lines.append(f"    d[{f.name!r}] = {value}\n")
-                continue
-            default = f.default
-            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-                default = default.factory()
-            env[f"D{i}"] = default
-            lines.append(f"    if v != D{i}: d[{f.name!r}] = {value}\n")
-        lines.append("    return d\n")
-        exec("".join(lines), env)  # noqa: S102 - our own code, generated from the attrs fields
-        fn: Hook = env["unstructure"]
-        self.unstructurers[cls] = fn
+        fn = self.unstructurers[cls] = self.delta_unstructurer(cls, {}, "")
         return fn
 
     def delta_unstructurer(self, cls: type, against: dict[str, str], args: str) -> Hook:
-        """Like `class_unstructurer`, but a field named in `against` is written when it is
-        not equal to the expression given there (over the function's `args`, after `o`)
-        instead of when it is not its default."""
+        """The compact form of attrs class `cls` (the fields not at their default, in
+        declared order), except that a field named in `against` is written when it is not
+        equal to the expression given there (over the function's `args`, after `o`)."""
         fields = attrs.fields(attrs.resolve_types(cls))
         env: dict[str, Any] = {}
-        lines = [f"def unstructure(o, {args}):\n", "    d = {}\n"]
+        lines = [f"def unstructure(o, {args}):\n" if args else "def unstructure(o):\n"]
+        lines.append("    d = {}\n")
         for i, f in enumerate(fields):
             value = self._unstructure_expr(f.type, "v", env)
             lines.append(f"    v = o.{f.name}\n")
