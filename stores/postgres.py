@@ -38,7 +38,6 @@ from fsm_agent.journal import (
     RunSummary,
 )
 from fsm_agent.record import HaltRecord
-from fsm_agent.snapshot import Snapshot
 from stores import codec, redact_dsn
 from stores.postgres_open import connect, explain, passwords, scrub
 from stores.postgres_schema import (
@@ -64,12 +63,15 @@ from stores.postgres_schema import (
     SELECT_SUMMARIES,
     append_rows,
 )
+from stores.run_chains import RunChains
 
 Verb = Literal["read", "write"]
 
 
-class PostgresStore:
+class PostgresStore(RunChains):
     """A journal in a PostgreSQL database (the tables of the DSN's search path)."""
+
+    SELECT_CHAIN = "SELECT chain FROM runs WHERE run_id = %s"
 
     def __init__(
         self, dsn: str, *, chain_key: bytes | None = None, read_only: bool = False
@@ -84,11 +86,7 @@ class PostgresStore:
         #: False: a server decides per statement what a role may write.
         self.read_only = read_only
         self._lock = threading.RLock()
-        self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
-        # run id -> the key its chain is made with (None: unkeyed) and its chain version
-        self._modes: dict[str, tuple[bytes | None, int]] = {}
-        # run id -> what its events are written against (chain version 4: `codec.base_form`)
-        self._bases: dict[str, Snapshot | None] = {}
+        self._init_chains()
         self._closed = False
         self.conn = self._connect()
 
@@ -217,23 +215,6 @@ class PostgresStore:
             raise
         self._heads[run_id] = head
         return head
-
-    def _mode(self, run_id: str) -> tuple[bytes | None, int]:
-        """The key the run's chain is made with, and its version (read once per run)."""
-        if run_id not in self._modes:
-            rows = self._tuples("SELECT chain FROM runs WHERE run_id = %s", (run_id,))
-            chain = rows[0][0] if rows else None
-            key = codec.chain_key(chain, self.chain_key, self._error, run_id)
-            self._modes[run_id] = (key, chain_version(chain))
-        return self._modes[run_id]
-
-    def _base(self, run_id: str) -> Snapshot | None:
-        """What the run's events are written against from chain version 4 (read once)."""
-        if run_id not in self._bases:
-            first = self._first_row(run_id)
-            event = None if first is None else codec.event(first, self._error)
-            self._bases[run_id] = None if event is None else codec.base_form(event)
-        return self._bases[run_id]
 
     def _head(self, run_id: str) -> str:
         rows = self._tuples(SELECT_HEAD, {"run_id": run_id})

@@ -33,9 +33,9 @@ from fsm_agent.journal import (
     RunSummary,
 )
 from fsm_agent.record import HaltRecord
-from fsm_agent.snapshot import Snapshot
 from stores import codec
 from stores import sqlite_schema as queue_sql
+from stores.run_chains import RunChains
 from stores.sqlite_open import Synchronous, explain, open_journal
 from stores.sqlite_schema import (
     APPEND_EVENT,
@@ -75,9 +75,11 @@ class _Row(sqlite3.Row):
             return default
 
 
-class SqliteStore:
+class SqliteStore(RunChains):
     """A journal in one SQLite file (default `./fsm-agent.db`); `read_only=True` opens it
     only to read (nothing is created, migrated or written)."""
+
+    SELECT_CHAIN = "SELECT chain FROM runs WHERE run_id = ?"
 
     def __init__(
         self,
@@ -103,11 +105,7 @@ class SqliteStore:
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
         self._controls_added = 0  # by this connection (data_version counts only the others')
-        self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
-        # run id -> the key its chain is made with (None: unkeyed) and its chain version
-        self._modes: dict[str, tuple[bytes | None, int]] = {}
-        # run id -> what its events are written against (chain version 4: `codec.base_form`)
-        self._bases: dict[str, Snapshot | None] = {}
+        self._init_chains()
         self.busy_timeout_ms = int(busy_timeout_ms)
 
     def _locked(self, statement: Callable[[], T], run_id: str | None) -> T:
@@ -231,23 +229,6 @@ class SqliteStore:
             raise self._error(
                 f"cannot serialize the entry ({exc}); nothing was written", run_id
             ) from exc
-
-    def _mode(self, run_id: str) -> tuple[bytes | None, int]:
-        """The key the run's chain is made with, and its version (read once per run)."""
-        if run_id not in self._modes:
-            rows = self._tuples("SELECT chain FROM runs WHERE run_id = ?", (run_id,))
-            chain = rows[0][0] if rows else None
-            key = codec.chain_key(chain, self.chain_key, self._error, run_id)
-            self._modes[run_id] = (key, chain_version(chain))
-        return self._modes[run_id]
-
-    def _base(self, run_id: str) -> Snapshot | None:
-        """What the run's events are written against from chain version 4 (read once)."""
-        if run_id not in self._bases:
-            first = self._first_row(run_id)
-            event = None if first is None else codec.event(first, self._error)
-            self._bases[run_id] = None if event is None else codec.base_form(event)
-        return self._bases[run_id]
 
     def _head(self, run_id: str) -> str:
         rows = self._tuples(SELECT_HEAD, {"run_id": run_id})
