@@ -255,17 +255,25 @@ def _check_schema(
 def refuse_foreign(path: str, conn: sqlite3.Connection) -> list[Any]:
     """The fsm-agent migrations applied to the database; `NotAJournal` if it has tables and
     none of them are fsm-agent's (another application's database: never touched)."""
-    applied: list[Any] = migrations.applied(sqlite_utils.Database(conn))
-    if not applied:
-        tables = _tables(conn)
-        if tables:
-            shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5
-                                             else "")  # fmt: skip
-            raise NotAJournal(
-                f"a SQLite database of another application (tables: {shown}), not an"
-                " fsm-agent journal; it was left as it is (pass --db a new file or a journal)",
-                path=path,
-            )
+    # One read snapshot for both reads: a process migrating a new journal at that moment
+    # must not be seen as "no migrations" then "tables" (another application's, wrongly).
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        applied: list[Any] = migrations.applied(sqlite_utils.Database(conn))
+        tables = [] if applied else _tables(conn)
+    finally:
+        if own and conn.in_transaction:
+            conn.execute("COMMIT")
+    if not applied and tables:
+        shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5
+                                         else "")  # fmt: skip
+        raise NotAJournal(
+            f"a SQLite database of another application (tables: {shown}), not an"
+            " fsm-agent journal; it was left as it is (pass --db a new file or a journal)",
+            path=path,
+        )
     return applied
 
 
