@@ -9,9 +9,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from examples.scenarios import Scenario, run_scenario, scenarios_of
 from fsm_agent import HaltRecord
-from stores.sqlite import SqliteStore
+from fsm_agent.examples.scenarios import Scenario, run_scenario, scenarios_of
+from fsm_agent.stores.sqlite import SqliteStore
 
 _ROW = "{:<32}  {:<16}  {:<18}  {:>5}  {:>5}  {:<22}  {}"
 

@@ -25,7 +25,7 @@ from fsm_agent import (
     run,
     terminal_state,
 )
-from fsm_agent.journal import Event, Store
+from fsm_agent.journal.store import Event, Store
 
 EXAMPLES_DIR: Final = Path(__file__).parent
 FREE_LANE: Final = Lane(kind="http", tier="free")
@@ -58,9 +58,9 @@ _LAB, _PAY, _STOP = "halt_lab", "payments_retry", "stop_conditions"
 _LAB_TASK = "Find the lab password in the lookup tool."
 _PAY_TASK = "Capture order ord_1001 (42.00) and confirm the capture."
 _PAY_MACHINE = "payments_retry/payments.yaml"
-_PAY_TOOLS = "examples.payments_retry.tools"
+_PAY_TOOLS = "fsm_agent.examples.payments_retry.tools"
 _STOP_TASK = "How long is the refund window?"
-_STOP_TOOLS = "examples.stop_conditions.tools"
+_STOP_TOOLS = "fsm_agent.examples.stop_conditions.tools"
 
 SCENARIOS: Final[list[Scenario]] = [
     # --- seed 001: the halt lab ----------------------------------------------------------
@@ -69,7 +69,7 @@ SCENARIOS: Final[list[Scenario]] = [
         example=_LAB,
         machine="agent_loop",
         replies="halt_lab/looping.json",
-        tools="examples.halt_lab.tools",
+        tools="fsm_agent.examples.halt_lab.tools",
         task=_LAB_TASK,
         expected=HaltReason.MAX_STEPS,
         description="lookup always says 'refine your query'; the step cap wins, not the model",
@@ -79,7 +79,7 @@ SCENARIOS: Final[list[Scenario]] = [
         example=_LAB,
         machine="agent_loop",
         replies="halt_lab/slow.json",
-        tools="examples.halt_lab.tools",
+        tools="fsm_agent.examples.halt_lab.tools",
         task=_LAB_TASK,
         budgets={"wall_clock_ms": 1000},
         expected=HaltReason.WALL_CLOCK,
@@ -92,7 +92,7 @@ SCENARIOS: Final[list[Scenario]] = [
         example=_LAB,
         machine="agent_loop",
         replies="halt_lab/chatty.json",
-        tools="examples.halt_lab.tools",
+        tools="fsm_agent.examples.halt_lab.tools",
         task=_LAB_TASK,
         expected=HaltReason.SCHEMA_FAIL,
         description="three chatty paragraphs: two retries, then schema_fail; prose never wins",
@@ -102,7 +102,7 @@ SCENARIOS: Final[list[Scenario]] = [
         example=_LAB,
         machine="agent_loop",
         replies="halt_lab/proper.json",
-        tools="examples.halt_lab.tools",
+        tools="fsm_agent.examples.halt_lab.tools",
         task=_LAB_TASK,
         expected=HaltReason.COMPLETED,
         description="lookup returns a receipt, then {'answer': 'swordfish'} is backed by it",

@@ -9,8 +9,10 @@ from __future__ import annotations
 #: `fsm-agent` command installs its signal handlers after this module, so it stays small.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from fsm_agent.actions import ActionResult
-    from fsm_agent.budgets import Budgets, Meters
+    from fsm_agent.adapters.loading import load_model
+    from fsm_agent.adapters.models import ModelReply, Prompt, ScriptedModel
+    from fsm_agent.declaration.load import load_machine
+    from fsm_agent.declaration.spec import MachineSpec
     from fsm_agent.errors import (
         AdapterError,
         BudgetError,
@@ -19,28 +21,28 @@ if TYPE_CHECKING:
         InvalidInputError,
         JournalError,
         MachineSpecError,
-        RunNotFound,
         RunPaused,
     )
     from fsm_agent.halt import HaltReason, terminal_state
-    from fsm_agent.journal import Event, GuardResult, RunRow, Store
-    from fsm_agent.lanes import LOCAL, ControlPlane, Lane, assert_local_halt
-    from fsm_agent.models import ModelReply, Prompt, ScriptedModel, load_model
-    from fsm_agent.proposals import parse_reply
-    from fsm_agent.receipts import Receipt, receipts_complete
-    from fsm_agent.record import HaltRecord, read_record
-    from fsm_agent.snapshot import Snapshot
-    from fsm_agent.spec import MachineSpec, load_machine
-    from fsm_agent.tools import Tool, ToolError, ToolRegistry, ToolResult, load_tools
-    from fsm_agent.worker import arun, resume_run, run
+    from fsm_agent.journal.store import Event, GuardResult, RunRow, Store
+    from fsm_agent.run_ids import RunNotFound
+    from fsm_agent.runtime.actions import ActionResult
+    from fsm_agent.runtime.budgets import Budgets, Meters
+    from fsm_agent.runtime.lanes import LOCAL, ControlPlane, Lane, assert_local_halt
+    from fsm_agent.runtime.proposals import parse_reply
+    from fsm_agent.runtime.receipts import Receipt, receipts_complete
+    from fsm_agent.runtime.record import HaltRecord, read_record
+    from fsm_agent.runtime.snapshot import Snapshot
+    from fsm_agent.runtime.tools import Tool, ToolError, ToolRegistry, ToolResult, load_tools
+    from fsm_agent.runtime.worker import arun, resume_run, run
 
 #: Each name of the API and the module it comes from: imported on first use, so that
-#: `import fsm_agent.<module>` (the `fsm-agent` command's own start, see `fsm_agent.entry`)
+#: `import fsm_agent.<module>` (the `fsm-agent` command's own start, see `fsm_agent.cli.entry`)
 #: does not load the whole library first.
 _EXPORTS = {
-    "ActionResult": "fsm_agent.actions",
-    "Budgets": "fsm_agent.budgets",
-    "Meters": "fsm_agent.budgets",
+    "ActionResult": "fsm_agent.runtime.actions",
+    "Budgets": "fsm_agent.runtime.budgets",
+    "Meters": "fsm_agent.runtime.budgets",
     "AdapterError": "fsm_agent.errors",
     "BudgetError": "fsm_agent.errors",
     "FsmAgentError": "fsm_agent.errors",
@@ -48,38 +50,38 @@ _EXPORTS = {
     "InvalidInputError": "fsm_agent.errors",
     "JournalError": "fsm_agent.errors",
     "MachineSpecError": "fsm_agent.errors",
-    "RunNotFound": "fsm_agent.errors",
+    "RunNotFound": "fsm_agent.run_ids",
     "RunPaused": "fsm_agent.errors",
     "HaltReason": "fsm_agent.halt",
     "terminal_state": "fsm_agent.halt",
-    "Event": "fsm_agent.journal",
-    "GuardResult": "fsm_agent.journal",
-    "RunRow": "fsm_agent.journal",
-    "Store": "fsm_agent.journal",
-    "LOCAL": "fsm_agent.lanes",
-    "ControlPlane": "fsm_agent.lanes",
-    "Lane": "fsm_agent.lanes",
-    "assert_local_halt": "fsm_agent.lanes",
-    "ModelReply": "fsm_agent.models",
-    "Prompt": "fsm_agent.models",
-    "ScriptedModel": "fsm_agent.models",
-    "load_model": "fsm_agent.models",
-    "parse_reply": "fsm_agent.proposals",
-    "Receipt": "fsm_agent.receipts",
-    "receipts_complete": "fsm_agent.receipts",
-    "HaltRecord": "fsm_agent.record",
-    "read_record": "fsm_agent.record",
-    "Snapshot": "fsm_agent.snapshot",
-    "MachineSpec": "fsm_agent.spec",
-    "load_machine": "fsm_agent.spec",
-    "Tool": "fsm_agent.tools",
-    "ToolError": "fsm_agent.tools",
-    "ToolRegistry": "fsm_agent.tools",
-    "ToolResult": "fsm_agent.tools",
-    "load_tools": "fsm_agent.tools",
-    "arun": "fsm_agent.worker",
-    "resume_run": "fsm_agent.worker",
-    "run": "fsm_agent.worker",
+    "Event": "fsm_agent.journal.store",
+    "GuardResult": "fsm_agent.journal.store",
+    "RunRow": "fsm_agent.journal.store",
+    "Store": "fsm_agent.journal.store",
+    "LOCAL": "fsm_agent.runtime.lanes",
+    "ControlPlane": "fsm_agent.runtime.lanes",
+    "Lane": "fsm_agent.runtime.lanes",
+    "assert_local_halt": "fsm_agent.runtime.lanes",
+    "ModelReply": "fsm_agent.adapters.models",
+    "Prompt": "fsm_agent.adapters.models",
+    "ScriptedModel": "fsm_agent.adapters.models",
+    "load_model": "fsm_agent.adapters.loading",
+    "parse_reply": "fsm_agent.runtime.proposals",
+    "Receipt": "fsm_agent.runtime.receipts",
+    "receipts_complete": "fsm_agent.runtime.receipts",
+    "HaltRecord": "fsm_agent.runtime.record",
+    "read_record": "fsm_agent.runtime.record",
+    "Snapshot": "fsm_agent.runtime.snapshot",
+    "MachineSpec": "fsm_agent.declaration.spec",
+    "load_machine": "fsm_agent.declaration.load",
+    "Tool": "fsm_agent.runtime.tools",
+    "ToolError": "fsm_agent.runtime.tools",
+    "ToolRegistry": "fsm_agent.runtime.tools",
+    "ToolResult": "fsm_agent.runtime.tools",
+    "load_tools": "fsm_agent.runtime.tools",
+    "arun": "fsm_agent.runtime.worker",
+    "resume_run": "fsm_agent.runtime.worker",
+    "run": "fsm_agent.runtime.worker",
 }
 
 

@@ -1,5 +1,5 @@
 """`python -m fsm_agent` is `fsm-agent`."""
 
-from fsm_agent.entry import main
+from fsm_agent.cli.entry import main
 
 main()

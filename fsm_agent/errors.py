@@ -93,20 +93,6 @@ class RunAbandoned(FsmAgentError):
         super().__init__(f"run {run_id} abandoned by this process: {why}")
 
 
-class RunNotFound(InvalidInputError):
-    """No run with that id exists in the journal."""
-
-    def __init__(self, run_id: str, *, path: str) -> None:
-        from fsm_agent.run_ids import BadRunId, is_run_id, shown_run_id
-
-        self.run_id = run_id
-        self.path = path
-        message = f"no run {shown_run_id(run_id)} in {path}"
-        if not is_run_id(run_id):  # say why it cannot be one (a journal may still hold it)
-            message = f"no run in {path} has that id: {BadRunId(run_id)}"
-        super().__init__(f"{message} (list them with `fsm-agent runs`)")
-
-
 class Interrupted(BaseException):
     """Raised inside the worker when SIGTERM or SIGINT arrives; the run halts as `interrupted`.
 

@@ -171,7 +171,7 @@ def check_distinct(
     given = [(what, os.fspath(p)) for what, p in outputs.items() if p is not None]
     files: list[tuple[str, str]] = []
     if journal is not None:
-        from stores import is_dsn
+        from fsm_agent.stores.dsn import is_dsn
 
         if not is_dsn(journal):
             files += [("the journal (--db)", os.fspath(journal) + side) for side in _JOURNAL_SIDES]
@@ -201,7 +201,7 @@ def check_outputs(
 
 def journal_file(store: object) -> str | None:
     """The file of a SQLite journal store (None for a server's journal)."""
-    from stores import is_dsn
+    from fsm_agent.stores.dsn import is_dsn
 
     path = store if isinstance(store, str | os.PathLike) else getattr(store, "path", None)
     if not isinstance(path, str | os.PathLike):

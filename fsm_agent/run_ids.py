@@ -76,3 +76,15 @@ def record_stem(run_id: str) -> str:
     if is_run_id(run_id):
         return run_id
     return "run-" + hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+class RunNotFound(InvalidInputError):
+    """No run with that id exists in the journal."""
+
+    def __init__(self, run_id: str, *, path: str) -> None:
+        self.run_id = run_id
+        self.path = path
+        message = f"no run {shown_run_id(run_id)} in {path}"
+        if not is_run_id(run_id):  # say why it cannot be one (a journal may still hold it)
+            message = f"no run in {path} has that id: {BadRunId(run_id)}"
+        super().__init__(f"{message} (list them with `fsm-agent runs`)")

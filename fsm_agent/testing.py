@@ -14,17 +14,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fsm_agent.chain import ChainReport, verify_run
-from fsm_agent.replay import ReplayReport, load_run, replay_events, with_chain
-from fsm_agent.replay_view import format_step
+from fsm_agent.journal.chain import ChainReport, verify_run
+from fsm_agent.review.replay import ReplayReport, load_run, replay_events, with_chain
+from fsm_agent.review.view import format_step
 
 
 def _chain(path: str | os.PathLike[str], run_id: str, key: bytes | None) -> ChainReport:
     """The verdict on the chain of the run `load_run` read from `path`."""
-    from stores import is_dsn, open_store
+    from fsm_agent.stores import open_store
+    from fsm_agent.stores.dsn import is_dsn
 
     if not is_dsn(path) and Path(path).suffix == ".json":
-        from fsm_agent.runfile import read_run_file, verify_run_file
+        from fsm_agent.journal.runfile import read_run_file, verify_run_file
 
         return verify_run_file(read_run_file(path), key=key)
     store = open_store(path)

@@ -13,9 +13,11 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from fsm_agent import content, serde
-from fsm_agent.budgets import Budgets
-from fsm_agent.chain_hash import (
+from fsm_agent.encoding import text_sha256
+from fsm_agent.errors import JournalError
+from fsm_agent.halt import HaltReason
+from fsm_agent.journal import content, serde
+from fsm_agent.journal.chain_hash import (
     ChainLink,
     ChainModeError,
     chain_version,
@@ -26,12 +28,10 @@ from fsm_agent.chain_hash import (
     record_link,
     run_key,
 )
-from fsm_agent.encoding import text_sha256
-from fsm_agent.errors import JournalError
-from fsm_agent.halt import HaltReason
-from fsm_agent.journal import Control, Event, Facts, GuardResult, Job, RunRow, RunSummary
-from fsm_agent.record import HaltRecord
-from fsm_agent.snapshot import Snapshot
+from fsm_agent.journal.store import Control, Event, Facts, GuardResult, Job, RunRow, RunSummary
+from fsm_agent.runtime.budgets import Budgets
+from fsm_agent.runtime.record import HaltRecord
+from fsm_agent.runtime.snapshot import Snapshot
 
 #: Builds the backend's error for a corrupt row: (message, run id or None) -> JournalError.
 Fail = Callable[[str, str | None], JournalError]
@@ -349,7 +349,7 @@ def event(
     memo: content.Memo | None = None,
 ) -> Event:
     """One `events` row as an `Event`; `base`: the run's seq-0 row, which a row written by
-    chain version 4's rules (`fsm_agent.content`) is read against; `memo`: what this read
+    chain version 4's rules (`fsm_agent.journal.content`) is read against; `memo`: what this read
     of the run's rows already built (`content.Memo`)."""
     if content.is_v4(r.get("snapshot")):
         try:

@@ -1,11 +1,11 @@
 """One journal for many workers on many hosts: PostgreSQL through psycopg 3.
 
-The same tables, meaning and hash chain as the SQLite store (`stores.sqlite`): every write
+The same tables, meaning and hash chain as the SQLite store (`fsm_agent.stores.sqlite`): every write
 is one committed transaction; an event is inserted only onto its run's head (the event
 before it holds the hash it chains onto; the primary key lets one event only follow it).
-The schema, its migrations and the statements are in `stores.postgres_schema`; connecting
-and migrating in `stores.postgres_open`. Select it with `--db postgresql://…` (see
-`stores.open_store`); nothing else imports psycopg.
+The schema, its migrations and the statements are in `fsm_agent.stores.postgres_schema`; connecting
+and migrating in `fsm_agent.stores.postgres_open`. Select it with `--db postgresql://…` (see
+`fsm_agent.stores.open_store`); nothing else imports psycopg.
 
 One connection per store object, autocommit off, each operation in its own explicit
 transaction (nothing is left idle in a transaction between calls); an append of up to
@@ -25,10 +25,10 @@ import attrs
 import psycopg
 from psycopg.rows import dict_row
 
-from fsm_agent.chain_hash import ChainLink, chain_version, genesis, mode_for
-from fsm_agent.chain_key import key_from_env
-from fsm_agent.errors import JournalError, RunNotFound
-from fsm_agent.journal import (
+from fsm_agent.errors import JournalError
+from fsm_agent.journal.chain_hash import ChainLink, chain_version, genesis, mode_for
+from fsm_agent.journal.chain_key import key_from_env
+from fsm_agent.journal.store import (
     Control,
     Event,
     Job,
@@ -37,10 +37,12 @@ from fsm_agent.journal import (
     RunStatus,
     RunSummary,
 )
-from fsm_agent.record import HaltRecord
-from stores import codec, redact_dsn
-from stores.postgres_open import connect, explain, passwords, scrub
-from stores.postgres_schema import (
+from fsm_agent.run_ids import RunNotFound
+from fsm_agent.runtime.record import HaltRecord
+from fsm_agent.stores import codec
+from fsm_agent.stores.dsn import redact_dsn
+from fsm_agent.stores.postgres_open import connect, explain, passwords, scrub
+from fsm_agent.stores.postgres_schema import (
     APPEND_EVENT,
     APPEND_ROWS_MAX,
     CLAIM_RUN,
@@ -63,7 +65,7 @@ from stores.postgres_schema import (
     SELECT_SUMMARIES,
     append_rows,
 )
-from stores.run_chains import RunChains
+from fsm_agent.stores.run_chains import RunChains
 
 Verb = Literal["read", "write"]
 
@@ -77,7 +79,7 @@ class PostgresStore(RunChains):
         self, dsn: str, *, chain_key: bytes | None = None, read_only: bool = False
     ) -> None:
         self.dsn = dsn
-        #: the key new runs are chained with (`fsm_agent.chain_key`: the environment's when
+        #: the key new runs are chained with (`fsm_agent.journal.chain_key`: the environment's when
         #: not given); None: unkeyed
         self.chain_key = chain_key if chain_key is not None else key_from_env()
         self._location = redact_dsn(dsn)
@@ -333,7 +335,7 @@ class PostgresStore(RunChains):
 
     def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]:
         """A run's row, its events as stored (column text, not decoded) with their hashes,
-        and its head hash: what `fsm_agent.chain.verify_chain` checks."""
+        and its head hash: what `fsm_agent.journal.chain.verify_chain` checks."""
         run = self.get_run(run_id)
         with self._tx(run_id, "read") as conn:
             head = conn.execute(SELECT_HEAD, {"run_id": run_id})

@@ -12,7 +12,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
 from fsm_agent.errors import JournalError, NotAJournal
-from stores.postgres_schema import MIGRATIONS, Migration
+from fsm_agent.stores.postgres_schema import MIGRATIONS, Migration
 
 #: Seconds to wait for the server when the DSN does not say (`connect_timeout`).
 CONNECT_TIMEOUT_S = 10

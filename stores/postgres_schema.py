@@ -1,7 +1,7 @@
-"""The PostgreSQL journal's schema: its migrations (applied by `stores.postgres_open`) and
+"""The PostgreSQL journal's schema: its migrations (applied by `fsm_agent.stores.postgres_open`) and
 the statements the store runs.
 
-The tables and their meaning are SQLite's (`stores.sqlite_schema`): `runs`, `events`
+The tables and their meaning are SQLite's (`fsm_agent.stores.sqlite_schema`): `runs`, `events`
 (append-only: triggers refuse UPDATE, DELETE and TRUNCATE), `controls` and `queue`. Values
 round-trip exactly: JSON columns are TEXT (the chain hashes their bytes), integers BIGINT,
 `retry` an integer 0/1. Text that is sorted or compared (ids, times, machine names) uses
@@ -124,7 +124,7 @@ MIGRATIONS: Final = (
         (
             # How each run's chain is made (NULL: journaled before; `sha256`;
             # `hmac-sha256:<key id>`), and the halt record's seal onto the run's head, written
-            # with the record (see stores.sqlite_schema m006).
+            # with the record (see fsm_agent.stores.sqlite_schema m006).
             "ALTER TABLE runs ADD COLUMN chain TEXT",
             "ALTER TABLE runs ADD COLUMN record_hash TEXT",
         ),
@@ -132,7 +132,8 @@ MIGRATIONS: Final = (
     Migration(
         "m005_chain_v3_and_declarations",
         (
-            # Chain version 3 (see stores.sqlite_schema m007): an event's hash as 32 bytes,
+            # Chain version 3 (see fsm_agent.stores.sqlite_schema m007): an event's hash as 32
+            # bytes,
             # no copy of the previous one, no trigger moving the runs row on every INSERT,
             # and each declaration stored once per sha256. Rows already here are kept.
             "ALTER TABLE events ADD COLUMN digest BYTEA",
@@ -203,7 +204,7 @@ SELECT_HEAD = f"""
 INSERT_DECLARATION = """
     INSERT INTO declarations (sha256, name, text) VALUES (%s, %s, %s)
     ON CONFLICT (sha256) DO NOTHING"""
-#: The columns an event is decoded from (`stores.codec.event`): all but the chain's.
+#: The columns an event is decoded from (`fsm_agent.stores.codec.event`): all but the chain's.
 SELECT_EVENTS = """
     SELECT run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry, guards,
            checks, snapshot, facts, note, control
@@ -233,7 +234,7 @@ CLAIM_RUN = f"""
       AND host IS NOT DISTINCT FROM %(old_host)s::text AND {NEWEST} = %(head)s::text"""  # noqa: S608
 # A live run's state and steps come from its newest event (one INSERT per transition, no
 # second write to `runs`); a halted run's come from its `runs` row. A chain version 4
-# snapshot is `[4, {...}]` (`fsm_agent.content`), its meters always written.
+# snapshot is `[4, {...}]` (`fsm_agent.journal.content`), its meters always written.
 SELECT_RUNS = """
     SELECT r.*, e.dest AS live_state,
            COALESCE(fsm_agent_jsonb(e.snapshot) #> '{meters,steps_used}',
@@ -275,7 +276,7 @@ LEASE_JOB = """
         attempts = q.attempts + 1
     FROM picked WHERE q.run_id = picked.run_id
     RETURNING q.*"""
-#: A person takes a job out of the queue (see `stores.sqlite_schema.DEQUEUE_JOB`).
+#: A person takes a job out of the queue (see `fsm_agent.stores.sqlite_schema.DEQUEUE_JOB`).
 DEQUEUE_JOB = """
     UPDATE queue SET status = CASE WHEN EXISTS (SELECT 1 FROM runs
                                                 WHERE run_id = %(run_id)s::text)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fsm_agent.chain_hash import chain_version
 from fsm_agent.errors import JournalError
-from fsm_agent.snapshot import Snapshot
-from stores import codec
+from fsm_agent.journal.chain_hash import chain_version
+from fsm_agent.runtime.snapshot import Snapshot
+from fsm_agent.stores import codec
 
 
 class RunChains:

@@ -2,8 +2,8 @@
 
 Events are read through a plain cursor, other reads through sqlite-utils; the hot path is a
 bound INSERT on the same connection, committed per transition, chained onto the run's head.
-The schema and its migrations are in `stores.sqlite_schema`; opening a file (read-only
-fallback, version check) in `stores.sqlite_open`.
+The schema and its migrations are in `fsm_agent.stores.sqlite_schema`; opening a file (read-only
+fallback, version check) in `fsm_agent.stores.sqlite_open`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any, Literal, TypeVar
 import attrs
 import sqlite_utils
 
-from fsm_agent.chain_hash import ChainLink, chain_version, genesis, mode_for
-from fsm_agent.chain_key import key_from_env
-from fsm_agent.errors import JournalError, RunNotFound
-from fsm_agent.journal import (
+from fsm_agent.errors import JournalError
+from fsm_agent.journal.chain_hash import ChainLink, chain_version, genesis, mode_for
+from fsm_agent.journal.chain_key import key_from_env
+from fsm_agent.journal.store import (
     Control,
     Event,
     Job,
@@ -32,12 +32,13 @@ from fsm_agent.journal import (
     RunStatus,
     RunSummary,
 )
-from fsm_agent.record import HaltRecord
-from stores import codec
-from stores import sqlite_schema as queue_sql
-from stores.run_chains import RunChains
-from stores.sqlite_open import Synchronous, explain, open_journal
-from stores.sqlite_schema import (
+from fsm_agent.run_ids import RunNotFound
+from fsm_agent.runtime.record import HaltRecord
+from fsm_agent.stores import codec
+from fsm_agent.stores import sqlite_schema as queue_sql
+from fsm_agent.stores.run_chains import RunChains
+from fsm_agent.stores.sqlite_open import Synchronous, explain, open_journal
+from fsm_agent.stores.sqlite_schema import (
     APPEND_EVENT,
     APPEND_ROWS_MAX,
     CLAIM_RUN,
@@ -91,7 +92,7 @@ class SqliteStore(RunChains):
         read_only: bool = False,
     ) -> None:
         self.path = str(path)
-        #: the key new runs are chained with (`fsm_agent.chain_key`: the environment's when
+        #: the key new runs are chained with (`fsm_agent.journal.chain_key`: the environment's when
         #: not given); None: unkeyed
         self.chain_key = chain_key if chain_key is not None else key_from_env()
         conn, read_only = open_journal(
@@ -356,7 +357,7 @@ class SqliteStore(RunChains):
 
     def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]:
         """A run's row, its events as stored (column text, not decoded) with their hashes,
-        and its head hash: what `fsm_agent.chain.verify_chain` checks."""
+        and its head hash: what `fsm_agent.journal.chain.verify_chain` checks."""
         run = self.get_run(run_id)
         head = self._tuples(SELECT_HEAD, {"run_id": run_id})
         links = [codec.chain_link(r) for r in self._tuples(SELECT_CHAIN, (run_id,))]
@@ -402,7 +403,8 @@ class SqliteStore(RunChains):
         rows = self._read(lambda: list(self.db.query(sql, [run_id, after])))
         return [codec.control(r, self._error) for r in rows]
 
-    # --- the run queue (its statements: stores.sqlite_schema) -----------------------------
+    # --- the run queue (its statements: fsm_agent.stores.sqlite_schema)
+    # -----------------------------
 
     def enqueue(self, job: Job) -> None:
         with self._tx(job.run_id) as conn:

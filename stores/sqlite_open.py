@@ -19,7 +19,7 @@ from typing import Any, Literal
 import sqlite_utils
 
 from fsm_agent.errors import JournalError, NotAJournal
-from stores.sqlite_schema import KNOWN_MIGRATIONS, migrations
+from fsm_agent.stores.sqlite_schema import KNOWN_MIGRATIONS, migrations
 
 #: A new journal file's mode: private (less nothing: the umask does not widen it).
 JOURNAL_MODE = 0o600

@@ -67,7 +67,7 @@ def _m002(db: sqlite_utils.Database) -> None:
 
 @_migration("m003_hash_chain")
 def _m003(db: sqlite_utils.Database) -> None:
-    """Tamper evidence (see fsm_agent.chain): each event's hash and its predecessor's; each
+    """Tamper evidence (see fsm_agent.journal.chain): each event's hash and its predecessor's; each
     run's head, kept by a trigger in the same statement as the INSERT (no second write from
     Python); and the host of the process that owns a live run (with `pid`, for resume)."""
     db.execute("ALTER TABLE events ADD COLUMN prev_hash TEXT")
@@ -102,7 +102,7 @@ INSERT_EVENT = f"""
     INSERT INTO events ({_EVENT_COLUMNS})
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""  # noqa: S608
 SELECT_CHAIN = f"SELECT {_EVENT_COLUMNS} FROM events WHERE run_id = ? ORDER BY seq"  # noqa: S608
-#: The columns an event is decoded from (`stores.codec.event`), in this order: every event
+#: The columns an event is decoded from (`fsm_agent.stores.codec.event`), in this order: every event
 #: column but the chain's (`prev_hash`, `hash`, `digest`), which only `SELECT_CHAIN` reads.
 READ_COLUMNS = (
     "run_id", "seq", "kind", "at_ms", "wall_time", "source", "dest", "trigger", "halt",
@@ -166,7 +166,7 @@ INSERT_DECLARATION = """
 # A live run's state and steps come from its newest event (one INSERT per transition, no
 # second write to `runs`); a halted run's come from its `runs` row. A run row written
 # since m007 refers to its declaration (`declarations`) instead of carrying it. A chain
-# version 4 snapshot is `[4, {...}]` (`fsm_agent.content`), its meters always written.
+# version 4 snapshot is `[4, {...}]` (`fsm_agent.journal.content`), its meters always written.
 SELECT_RUNS = """
     SELECT r.*, e.dest AS live_state,
            CASE WHEN json_valid(e.snapshot)
@@ -203,7 +203,8 @@ SELECT_SUMMARIES = """
 
 # --- the run queue (see `SqliteStore.lease_job`) ---------------------------------------------
 
-#: Every statement reads and writes a job's columns in this order (`stores.codec.JOB_COLUMNS`).
+#: Every statement reads and writes a job's columns in this order
+#: (`fsm_agent.stores.codec.JOB_COLUMNS`).
 INSERT_JOB = """
     INSERT INTO queue (run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
                        lease_until, attempts, note)
@@ -263,7 +264,8 @@ def _m005(db: sqlite_utils.Database) -> None:
 def _m006(db: sqlite_utils.Database) -> None:
     """How each run's chain is made (`chain`: NULL for the runs journaled before, `sha256`,
     or `hmac-sha256:<key id>` for a keyed one) and the halt record's seal onto the run's
-    head (`record_hash`), written in the same statement as the record (fsm_agent.chain_hash).
+    head (`record_hash`), written in the same statement as the record
+    (fsm_agent.journal.chain_hash).
     Runs already here keep NULL in both: their chains verify exactly as before."""
     db.execute("ALTER TABLE runs ADD COLUMN chain TEXT")
     db.execute("ALTER TABLE runs ADD COLUMN record_hash TEXT")
@@ -271,7 +273,7 @@ def _m006(db: sqlite_utils.Database) -> None:
 
 @_migration("m007_chain_v3_and_declarations")
 def _m007(db: sqlite_utils.Database) -> None:
-    """Chain version 3 (fsm_agent.chain_hash): an event's hash as 32 bytes (`digest`), no
+    """Chain version 3 (fsm_agent.journal.chain_hash): an event's hash as 32 bytes (`digest`), no
     copy of the previous one; no trigger rewriting the runs row on every INSERT (a live
     run's head is its newest event; `APPEND_EVENT` chains only onto it); each declaration
     stored once per sha256 (`declarations`), referred to by the run rows written since.

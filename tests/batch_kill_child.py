@@ -15,7 +15,8 @@ import signal
 import sys
 from typing import Any
 
-from fsm_agent import Prompt, Receipt, Tool, ToolRegistry, ToolResult, actions, run
+from fsm_agent import Prompt, Receipt, Tool, ToolRegistry, ToolResult, run
+from fsm_agent.runtime import actions
 
 LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
 ANSWER = {"answer": "swordfish"}

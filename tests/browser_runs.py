@@ -8,10 +8,10 @@ from unittest import mock
 import pytest
 
 from fsm_agent import ScriptedModel, load_tools, run
-from fsm_agent.journal import Event, RunRow
-from fsm_agent.replay import load_run
-from fsm_agent.spec import load_machine
-from fsm_agent.svg_render import find_renderer
+from fsm_agent.declaration.load import load_machine
+from fsm_agent.journal.store import Event, RunRow
+from fsm_agent.review.replay import load_run
+from fsm_agent.review.svg_render import find_renderer
 
 #: Markup a model might send: it must reach the page as text and never run.
 SCRIPT = "<script>window.__pwned=1</script>"
@@ -40,7 +40,7 @@ def journaled(
         machine,
         task=task,
         model=ScriptedModel(replies),
-        tools=load_tools("examples.stop_conditions.tools"),
+        tools=load_tools("fsm_agent.examples.stop_conditions.tools"),
         store=db,
         record_path=tmp_path / "halt-contract.json",
         run_id=run_id,
@@ -75,5 +75,5 @@ def hostile_names_run(tmp_path: Path) -> tuple[RunRow, list[Event]]:
     machine.write_text(text, encoding="utf-8")
     replies: list[object] = [{"tool_call": {"name": "search", "args": {"q": "refund window"}}}]
     # A run id outside today's grammar, as a journal from before it may hold one.
-    with mock.patch("fsm_agent.worker.check_run_id", lambda value, **_: value):
+    with mock.patch("fsm_agent.runtime.worker.check_run_id", lambda value, **_: value):
         return journaled(tmp_path, replies, machine=str(machine), run_id=f"r1</svg>{SCRIPT}")

@@ -34,7 +34,7 @@ def main() -> None:
     os.environ["FSM_AGENT_TEST_ISOLATION"] = "process" if opts.process else "thread"
 
     if opts.via == "cli":
-        from fsm_agent.cli import main as cli_main
+        from fsm_agent.cli.main import main as cli_main
 
         sys.argv = [
             "fsm-agent", "run", "agent_loop", "--task", "nap until killed",

@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--go", required=True)
     opts = parser.parse_args()
 
-    tools = load_tools("examples.halt_lab.tools")
+    tools = load_tools("fsm_agent.examples.halt_lab.tools")
     Path(opts.ready).write_text("ready", encoding="utf-8")
     deadline = time.monotonic() + 60
     while not Path(opts.go).exists():

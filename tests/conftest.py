@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from stores.sqlite import SqliteStore
+from fsm_agent.stores.sqlite import SqliteStore
+
+#: The checkout's root: the test helpers (`tests.fixture_tools`, the child programs) are
+#: imported from it. An install maps only the `fsm_agent` package, so the child processes the
+#: tests start find `tests` through PYTHONPATH (set once here, inherited by every child).
+ROOT = Path(__file__).resolve().parent.parent
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
 
 #: The smallest valid declaration: one model state and the three terminal states. Loader
 #: tests mutate it with `str.replace`, so each line below is unique on purpose.

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from fsm_agent import ScriptedModel, load_tools, run
-from fsm_agent.spec import load_machine
-from stores.sqlite import SqliteStore
+from fsm_agent.declaration.load import load_machine
+from fsm_agent.stores.sqlite import SqliteStore
 
 #: Parsed once in the fork server: every writer shares it (parsing YAML costs ~75 ms).
 MACHINE = load_machine("agent_loop")
@@ -75,7 +75,7 @@ def writer(db: str, records: Path, name: str, seed: int, signals: bool) -> None:
             MACHINE,
             task="Find the lab password",
             model=ScriptedModel(rng.choice(SCRIPTS)),
-            tools=load_tools("examples.halt_lab.tools"),
+            tools=load_tools("fsm_agent.examples.halt_lab.tools"),
             store=store,
             record_path=records / f"{run_id}.json",
             run_id=run_id,
@@ -94,7 +94,7 @@ def warm_up(db: str, records: Path) -> None:
         MACHINE,
         task="warm up",
         model=ScriptedModel(SCRIPTS[0]),
-        tools=load_tools("examples.halt_lab.tools"),
+        tools=load_tools("fsm_agent.examples.halt_lab.tools"),
         store=db,
         record_path=records / "warm-up.json",
         run_id="warm-up",

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from fsm_agent import ModelReply, Prompt, Snapshot, Tool, ToolRegistry, ToolResult
-from fsm_agent.actions import ActionResult
+from fsm_agent.runtime.actions import ActionResult
 
 RAISE_ENV = "FSM_AGENT_TEST_RAISE"
 

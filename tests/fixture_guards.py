@@ -5,8 +5,8 @@ Each is a plain function of a `Snapshot`, as a guard declared in YAML would be.
 
 from __future__ import annotations
 
-from fsm_agent.actions import ActionResult
-from fsm_agent.snapshot import Snapshot
+from fsm_agent.runtime.actions import ActionResult
+from fsm_agent.runtime.snapshot import Snapshot
 
 #: Resolves, but is not callable: a reference to it must fail at load time.
 NOT_CALLABLE = 42

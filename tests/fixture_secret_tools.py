@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from examples.halt_lab.tools import lookup
 from fsm_agent import Receipt, ToolRegistry, ToolResult
+from fsm_agent.examples.halt_lab.tools import lookup
 
 TOOLS = ToolRegistry()
 TOOLS.tool(side_effect=False)(lookup)

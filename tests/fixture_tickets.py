@@ -16,7 +16,7 @@ import os
 from collections import Counter
 
 from fsm_agent import Receipt, Snapshot, ToolRegistry, ToolResult
-from fsm_agent.proposals import ToolCall
+from fsm_agent.runtime.proposals import ToolCall
 
 CLOSE_AFTER_ENV = "FSM_AGENT_TEST_CLOSE_AFTER"
 

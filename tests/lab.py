@@ -9,11 +9,11 @@ from typing import Any
 import attrs
 
 from fsm_agent import HaltRecord, ScriptedModel, load_tools, run
-from fsm_agent.chain import event_columns, genesis
-from fsm_agent.chain_hash import base_of, chain_version, link_for, record_link
-from fsm_agent.replay import replay_events
-from fsm_agent.runfile import EventHash, RunFile
-from stores.sqlite import SqliteStore
+from fsm_agent.journal.chain import event_columns, genesis
+from fsm_agent.journal.chain_hash import base_of, chain_version, link_for, record_link
+from fsm_agent.journal.runfile import EventHash, RunFile
+from fsm_agent.review.replay import replay_events
+from fsm_agent.stores.sqlite import SqliteStore
 
 LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}  # a receipted hit
 MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}  # "refine your query"
@@ -27,7 +27,7 @@ def lab_run(tmp_path: Path, model: list[Any] | Any, **options: Any) -> HaltRecor
         "agent_loop",
         task="Find the lab password",
         model=ScriptedModel(model) if isinstance(model, list) else model,
-        tools=load_tools("examples.halt_lab.tools"),
+        tools=load_tools("fsm_agent.examples.halt_lab.tools"),
         record_path=tmp_path / "r.json",
         **options,
     )

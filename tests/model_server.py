@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from fsm_agent import ModelReply, Prompt
-from fsm_agent.models import ModelCallFailed
+from fsm_agent.adapters.models import ModelCallFailed
 
 
 @attrs.frozen

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fsm_agent import HaltReason, ScriptedModel, resume_run
-from stores.sqlite import SqliteStore
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.batch_kill_child import ANSWER, LOOKUP, tools
 
 ROOT = Path(__file__).resolve().parent.parent

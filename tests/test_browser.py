@@ -22,11 +22,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsm_agent.diagram import run_path, to_mermaid
-from fsm_agent.journal import Event, RunRow
-from fsm_agent.report import incident_report, write_report
-from fsm_agent.spec import load_machine, parse_machine
-from fsm_agent.svg_render import find_renderer
+from fsm_agent.declaration.load import load_machine, parse_machine
+from fsm_agent.journal.store import Event, RunRow
+from fsm_agent.review.diagram import run_path, to_mermaid
+from fsm_agent.review.report import incident_report, write_report
+from fsm_agent.review.svg_render import find_renderer
 from tests.browser_cdp import Browser, Page, missing, start_browser
 from tests.browser_runs import SCRIPT, completed_run, hostile_names_run, hostile_run
 
@@ -232,7 +232,7 @@ def _generated_machine(names: list[str], triggers: list[str]) -> str:
         return json.dumps(name, ensure_ascii=False)
 
     a, b = q(names[0]), q(names[1])
-    action = "examples.payments_retry.webhook:await_capture_webhook"
+    action = "fsm_agent.examples.payments_retry.webhook:await_capture_webhook"
     return f"""name: generated
 initial: {a}
 budgets: {{max_steps: 3, wall_clock_ms: 1000, max_cost: 1.0, tool_timeout_ms: 500, max_retries: 1}}

@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsm_agent.budgets import (
+from fsm_agent.errors import BudgetError, InvalidInputError
+from fsm_agent.halt import HaltReason
+from fsm_agent.runtime.budgets import (
     BUDGET_NAMES,
     Budgets,
     Meters,
@@ -19,8 +21,6 @@ from fsm_agent.budgets import (
     make_budgets,
     tripped_meter,
 )
-from fsm_agent.errors import BudgetError, InvalidInputError
-from fsm_agent.halt import HaltReason
 
 DEFAULTS: dict[str, Any] = {
     "max_steps": 8,
@@ -233,6 +233,6 @@ def test_a_tripped_meter_stays_tripped_when_any_meter_grows(
     ],
 )
 def test_costs_are_shown_with_sensible_precision(amount: float, shown: str) -> None:
-    from fsm_agent.budgets import dollars
+    from fsm_agent.runtime.budgets import dollars
 
     assert dollars(amount) == shown

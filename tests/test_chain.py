@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from fsm_agent import chain_hash
-from fsm_agent.chain import verify_chain, verify_run
-from fsm_agent.chain_hash import link_for
-from fsm_agent.cli import cli
-from fsm_agent.record import read_record
-from fsm_agent.runfile import (
+from fsm_agent.cli.main import cli
+from fsm_agent.journal import chain_hash
+from fsm_agent.journal.chain import verify_chain, verify_run
+from fsm_agent.journal.chain_hash import link_for
+from fsm_agent.journal.runfile import (
     RunFileError,
     export_run,
     import_run,
@@ -24,7 +23,8 @@ from fsm_agent.runfile import (
     verify_run_file,
     write_run_file,
 )
-from stores.sqlite import SqliteStore
+from fsm_agent.runtime.record import read_record
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, lab_run
 
 ANSWER = {"answer": "swordfish"}

@@ -14,8 +14,9 @@ import attrs
 import pytest
 from click.testing import CliRunner, Result
 
-from fsm_agent import serde
-from fsm_agent.chain_hash import (
+from fsm_agent.cli.main import cli
+from fsm_agent.journal import serde
+from fsm_agent.journal.chain_hash import (
     UNKEYED,
     UNKEYED_4,
     event_columns,
@@ -24,11 +25,10 @@ from fsm_agent.chain_hash import (
     link_v3,
     record_link,
 )
-from fsm_agent.chain_key import KEY_ENV, KEY_FILE_ENV
-from fsm_agent.cli import cli
-from fsm_agent.runfile import EventHash, read_run_file, write_run_file
+from fsm_agent.journal.chain_key import KEY_ENV, KEY_FILE_ENV
+from fsm_agent.journal.runfile import EventHash, read_run_file, write_run_file
+from fsm_agent.stores.sqlite import SqliteStore
 from fsm_agent.testing import assert_replays
-from stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, lab_run
 
 ANSWER = {"answer": "swordfish"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from fsm_agent.cli import cli
+from fsm_agent.cli.main import cli
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 LOOPING = EXAMPLES / "halt_lab" / "looping.json"
@@ -27,7 +27,7 @@ def script(tmp_path: Path, replies: object) -> str:
 def run_args(tmp_path: Path, model: str, *extra: str) -> list[str]:
     return [
         "run", "agent_loop", "--task", "find the lab password", "--model", model,
-        "--tools", "examples.halt_lab.tools", "--db", str(tmp_path / "j.db"),
+        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", str(tmp_path / "j.db"),
         "--record", str(tmp_path / "record.json"), *extra,
     ]  # fmt: skip
 
@@ -156,7 +156,7 @@ def test_show_unknown_run_and_missing_or_corrupt_db(tmp_path: Path) -> None:
 
 
 def test_demo_runs_every_scenario_and_says_yes(tmp_path: Path) -> None:
-    from examples.scenarios import SCENARIOS
+    from fsm_agent.examples.scenarios import SCENARIOS
 
     result = invoke("demo", "--db", str(tmp_path / "demo.db"), "--records", str(tmp_path / "r"))
     assert result.exit_code == 0, result.output

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from fsm_agent.cli import cli
+from fsm_agent.cli.main import cli
 
 LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
 FIXTURES = Path(__file__).parent / "lint_fixtures"
@@ -47,7 +47,7 @@ def test_run_with_a_policy_and_with_a_broken_one(tmp_path: Path) -> None:
     script.write_text(json.dumps([LOOKUP, {"answer": "swordfish"}]))
     base = [
         "run", "agent_loop", "--task", "t", "--model", f"scripted:{script}",
-        "--tools", "examples.halt_lab.tools", "--db", str(tmp_path / "j.db"),
+        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", str(tmp_path / "j.db"),
         "--record", str(tmp_path / "r.json"), "--quiet",
     ]  # fmt: skip
     code, _ = invoke(*base, "--policy", "machines/halt-policy.yml")
@@ -63,8 +63,9 @@ def test_report_writes_one_html_file(tmp_path: Path) -> None:
     script.write_text(json.dumps([LOOKUP, {"answer": "<script>x</script> swordfish"}]))
     db = str(tmp_path / "j.db")
     code, out = invoke(
-        "run", "agent_loop", "--task", "t", "--model", f"scripted:{script}", "--tools",
-        "examples.halt_lab.tools", "--db", db, "--record", str(tmp_path / "r.json"), "--json",
+        "run", "agent_loop", "--task", "t", "--model", f"scripted:{script}",
+        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", db,
+        "--record", str(tmp_path / "r.json"), "--json",
     )  # fmt: skip
     assert code == 0
     run_id = json.loads(out)["run_id"]

@@ -24,9 +24,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fsm_agent import HaltReason, read_record
-from fsm_agent.chain import verify_run
-from fsm_agent.cli import cli
-from stores.sqlite import SqliteStore
+from fsm_agent.cli.main import cli
+from fsm_agent.journal.chain import verify_run
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.child_writer import expected_halt, run_id
 
 ROOT = Path(__file__).parent.parent

@@ -1,4 +1,4 @@
-"""Chain version 4's journal content (`fsm_agent.content`): what the run's first event
+"""Chain version 4's journal content (`fsm_agent.journal.content`): what the run's first event
 already says is left out of every later row and restored on reading, so every store, every
 run file and verify give back Events EQUAL to the ones appended; orjson's text where it is
 correct, the stdlib's where it is not; a corrupt row names its column.
@@ -23,20 +23,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsm_agent import chain_hash, content, serde
-from fsm_agent.budgets import Budgets, Meters
-from fsm_agent.chain import verify_run
-from fsm_agent.chain_hash import UNKEYED_3, UNKEYED_4, base_of, event_columns
 from fsm_agent.errors import JournalError
 from fsm_agent.halt import HaltReason
-from fsm_agent.journal import Event, Facts, GuardResult
-from fsm_agent.lanes import ControlPlane, Lane
-from fsm_agent.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
-from fsm_agent.receipts import Receipt
-from fsm_agent.runfile import export_run, import_run, verify_run_file
-from fsm_agent.snapshot import PendingEffect, Receipted, Snapshot, ToolOutcome
-from stores import codec
-from stores.sqlite import SqliteStore
+from fsm_agent.journal import chain_hash, content, serde
+from fsm_agent.journal.chain import verify_run
+from fsm_agent.journal.chain_hash import UNKEYED_3, UNKEYED_4, base_of, event_columns
+from fsm_agent.journal.runfile import export_run, import_run, verify_run_file
+from fsm_agent.journal.store import Event, Facts, GuardResult
+from fsm_agent.runtime.budgets import Budgets, Meters
+from fsm_agent.runtime.lanes import ControlPlane, Lane
+from fsm_agent.runtime.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.runtime.snapshot import PendingEffect, Receipted, Snapshot, ToolOutcome
+from fsm_agent.stores import codec
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, MISS, lab_run
 from tests.test_store_contract import (  # noqa: F401 - fixtures
     Backend,

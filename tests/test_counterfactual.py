@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from fsm_agent.cli import cli
-from fsm_agent.spec import load_machine
+from fsm_agent.cli.main import cli
+from fsm_agent.declaration.load import load_machine
 
 LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
 ANSWER = {"answer": "swordfish"}
@@ -32,7 +32,7 @@ def lab(tmp_path: Path, replies: list[object]) -> str:
     script.write_text(json.dumps(replies), encoding="utf-8")
     result = invoke(
         "run", "agent_loop", "--task", "Find the lab password", "--model", f"scripted:{script}",
-        "--tools", "examples.halt_lab.tools", "--db", str(tmp_path / "j.db"),
+        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", str(tmp_path / "j.db"),
         "--record", str(tmp_path / "r.json"), "-q",
     )  # fmt: skip
     return result.output.split()[1]

@@ -24,12 +24,12 @@ import pytest
 from click.testing import CliRunner
 
 from fsm_agent import HaltReason, Prompt, Tool, ToolRegistry, read_record
-from fsm_agent.chain import verify_run
-from fsm_agent.cli import cli
-from fsm_agent.resume import shown_status
+from fsm_agent.cli.main import cli
+from fsm_agent.journal.chain import verify_run
+from fsm_agent.runtime.resume import shown_status
+from fsm_agent.runtime.worker import resume_run
+from fsm_agent.stores.sqlite import SqliteStore
 from fsm_agent.testing import assert_replays
-from fsm_agent.worker import resume_run
-from stores.sqlite import SqliteStore
 from tests.crash_child import ANSWER, LOOKUP
 
 ROOT = Path(__file__).parent.parent
@@ -131,7 +131,7 @@ lab_oracle.isolation = "inline"  # type: ignore[attr-defined]
 
 
 def lab_tools(*, idempotent: bool) -> ToolRegistry:
-    from examples.halt_lab.tools import lookup
+    from fsm_agent.examples.halt_lab.tools import lookup
 
     return ToolRegistry(
         (Tool(name="lookup", fn=lookup, idempotent=idempotent, isolation="inline"),)

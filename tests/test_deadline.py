@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fsm_agent import ToolError
-from fsm_agent.deadline import ChildError, call_with_deadline
+from fsm_agent.runtime.deadline import ChildError, call_with_deadline
 from tests import fixture_tools
 from tests.fixture_tools import process_alive
 

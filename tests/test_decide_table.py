@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsm_agent.machine import CompiledMachine, Decision, GuardFailed
-from fsm_agent.spec import MachineSpec, load_machine
+from fsm_agent.declaration.load import load_machine
+from fsm_agent.declaration.machine import CompiledMachine, Decision, GuardFailed
+from fsm_agent.declaration.spec import MachineSpec
 from tests.test_serde import snapshots
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from fsm_agent import MachineSpecError, load_machine
-from fsm_agent.cli import cli
+from fsm_agent.cli.main import cli
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "payments_retry"
 

@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from fsm_agent import ScriptedModel, load_tools, run, svg_render
-from fsm_agent.cli import cli
-from fsm_agent.diagram import GraphvizMissing, export_diagram, run_path, to_dot, to_mermaid
-from fsm_agent.spec import MachineSpec, load_machine, parse_machine
-from stores.sqlite import SqliteStore
+from fsm_agent import ScriptedModel, load_tools, run
+from fsm_agent.cli.main import cli
+from fsm_agent.declaration.load import load_machine, parse_machine
+from fsm_agent.declaration.spec import MachineSpec
+from fsm_agent.review import svg_render
+from fsm_agent.review.diagram import GraphvizMissing, export_diagram, run_path, to_dot, to_mermaid
+from fsm_agent.stores.sqlite import SqliteStore
 
 MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
 needs_dot = pytest.mark.skipif(
@@ -29,7 +31,7 @@ def looping_run(tmp_path: Path) -> tuple[str, Path]:
         "agent_loop",
         task="loop",
         model=ScriptedModel([MISS] * 12),
-        tools=load_tools("examples.halt_lab.tools"),
+        tools=load_tools("fsm_agent.examples.halt_lab.tools"),
         store=db,
         record_path=tmp_path / "r.json",
     )
@@ -124,7 +126,7 @@ def test_only_the_parallel_edge_the_run_took_is_marked(
         "agent_loop",
         task="t",
         model=ScriptedModel(replies),
-        tools=load_tools("examples.halt_lab.tools"),
+        tools=load_tools("fsm_agent.examples.halt_lab.tools"),
         store=tmp_path / "j.db",
         record_path=tmp_path / "r.json",
     )

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 import pytest
 
-from fsm_agent.cli import cli
-from fsm_agent.guards import BUILTIN_GUARDS
+from fsm_agent.cli.main import cli
 from fsm_agent.halt import TERMINAL_STATE, HaltReason
+from fsm_agent.runtime.guards import BUILTIN_GUARDS
 
 README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
 

@@ -1,4 +1,5 @@
-"""The supervised loop (`fsm_agent.driver`): calls are made inline on one driver thread, and a
+"""The supervised loop (`fsm_agent.runtime.driver`): calls are made inline on one driver thread,
+and a
 call abandoned at its deadline is fenced off — when it wakes up it can neither journal
 anything nor change the run, whether the run has halted or goes on without it."""
 
@@ -13,12 +14,12 @@ from typing import Any
 import pytest
 
 from fsm_agent import HaltReason, Prompt, Tool, ToolRegistry, ToolResult, read_record, run
-from fsm_agent.deadline import Call, CallResult
-from fsm_agent.driver import supervise
 from fsm_agent.errors import Interrupted
-from fsm_agent.interrupts import InterruptGate
-from fsm_agent.receipts import Receipt
-from stores.sqlite import SqliteStore
+from fsm_agent.runtime.deadline import Call, CallResult
+from fsm_agent.runtime.driver import supervise
+from fsm_agent.runtime.interrupts import InterruptGate
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.lab import replays
 
 ROOT = Path(__file__).parent.parent

@@ -1,4 +1,4 @@
-"""Pending side effects (fsm_agent.effects): which calls of a run are not known to have
+"""Pending side effects (fsm_agent.runtime.effects): which calls of a run are not known to have
 happened, how a later call settles them, and that the list stays bounded and fails closed."""
 
 from __future__ import annotations
@@ -7,10 +7,16 @@ from typing import Any
 
 import pytest
 
-from fsm_agent.effects import MAX_PENDING, pending_lines, pending_summary, receipt_problem, settle
-from fsm_agent.guards import side_effects_receipted
-from fsm_agent.receipts import Receipt
-from fsm_agent.snapshot import PendingEffect, ToolOutcome
+from fsm_agent.runtime.effects import (
+    MAX_PENDING,
+    pending_lines,
+    pending_summary,
+    receipt_problem,
+    settle,
+)
+from fsm_agent.runtime.guards import side_effects_receipted
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.runtime.snapshot import PendingEffect, ToolOutcome
 from tests.test_guards import snap
 
 OK = (Receipt(status=200, id="T-1"),)

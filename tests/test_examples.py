@@ -1,4 +1,4 @@
-"""Every scenario in `examples.scenarios.SCENARIOS` runs against a real SQLite journal and
+"""Every scenario in `fsm_agent.examples.scenarios.SCENARIOS` runs against a real SQLite journal and
 halts exactly as its seed says; every `python -m examples.X` runs as a real process."""
 
 from __future__ import annotations
@@ -11,16 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from examples.payments_retry.tools import new_tools
-from examples.payments_retry.webhook import await_capture_webhook
-from examples.scenarios import (
-    SCENARIOS,
-    Scenario,
-    environment,
-    example_path,
-    run_scenario,
-    scenarios_of,
-)
 from fsm_agent import (
     Budgets,
     HaltReason,
@@ -32,10 +22,20 @@ from fsm_agent import (
     read_record,
     receipts_complete,
 )
-from fsm_agent.journal import Event
-from fsm_agent.proposals import ToolCall
-from fsm_agent.snapshot import ToolOutcome
-from stores.sqlite import SqliteStore
+from fsm_agent.examples.payments_retry.tools import new_tools
+from fsm_agent.examples.payments_retry.webhook import await_capture_webhook
+from fsm_agent.examples.scenarios import (
+    SCENARIOS,
+    Scenario,
+    environment,
+    example_path,
+    run_scenario,
+    scenarios_of,
+)
+from fsm_agent.journal.store import Event
+from fsm_agent.runtime.proposals import ToolCall
+from fsm_agent.runtime.snapshot import ToolOutcome
+from fsm_agent.stores.sqlite import SqliteStore
 
 EXAMPLES = ("halt_lab", "payments_retry", "stop_conditions")
 BY_NAME = {s.name: s for s in SCENARIOS}
@@ -49,7 +49,7 @@ def store(tmp_path: Path) -> Iterator[SqliteStore]:
     s.close()
 
 
-WEBHOOK = "examples.payments_retry.webhook:await_capture_webhook"
+WEBHOOK = "fsm_agent.examples.payments_retry.webhook:await_capture_webhook"
 
 
 def _statuses(record: HaltRecord) -> list[int]:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from fsm_agent.cli import cli
-from fsm_agent.record import read_record
-from stores.sqlite import SqliteStore
+from fsm_agent.cli.main import cli
+from fsm_agent.runtime.record import read_record
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.fixture_tickets import CLOSE_AFTER_ENV
 
 LOOKUP_T200 = {"tool_call": {"name": "lookup_ticket", "args": {"ticket": "T-200"}}}
@@ -270,10 +270,10 @@ def test_an_old_journal_is_shown_as_decided_under_the_old_rules(tmp_path: Path) 
 
 def test_a_run_recorded_under_the_old_rules_is_not_resumed() -> None:
     from fsm_agent import ScriptedModel, ToolRegistry
+    from fsm_agent.declaration.load import parse_machine
     from fsm_agent.errors import InvalidInputError
-    from fsm_agent.resume import restore_context
-    from fsm_agent.runfile import read_run_file
-    from fsm_agent.spec import parse_machine
+    from fsm_agent.journal.runfile import read_run_file
+    from fsm_agent.runtime.resume import restore_context
 
     old = read_run_file(RECORDED_V1 / "v1-false-close.json")
     spec = parse_machine(old.run.machine_text, source="v1")

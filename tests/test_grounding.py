@@ -9,9 +9,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from fsm_agent import HaltReason
-from fsm_agent.grounding import concrete_values, ground, norm
-from fsm_agent.proposals import Rejection, parse_reply
-from fsm_agent.snapshot import Receipted
+from fsm_agent.runtime.grounding import concrete_values, ground, norm
+from fsm_agent.runtime.proposals import Rejection, parse_reply
+from fsm_agent.runtime.snapshot import Receipted
 from tests.lab import LOOKUP, MISS, lab_run
 
 
@@ -52,7 +52,8 @@ def test_a_handoff_may_carry_arguments_for_the_packet(tmp_path: Path) -> None:
     assert rejected.kind == "schema_fail"
 
 
-# --- success rules 2: the grounding rule itself, both sides (fsm_agent.grounding) ---------------
+# --- success rules 2: the grounding rule itself, both sides (fsm_agent.runtime.grounding)
+# ---------------
 
 WORDS = st.sampled_from(["the", "code", "is", "ticket", "closed", "value", "and", "was"])
 #: values a tool returns: codes, amounts, identifiers, plain words

@@ -12,17 +12,17 @@ from typing import Any
 import attrs
 import pytest
 
-from fsm_agent import guards
-from fsm_agent.budgets import Budgets, Meters
-from fsm_agent.guards import BUILTIN_GUARDS, UnknownGuard, resolve_guard
+from fsm_agent.declaration.load import load_machine, parse_machine
+from fsm_agent.declaration.machine import CompiledMachine, Decision, GuardFailed
 from fsm_agent.halt import HaltReason
-from fsm_agent.journal import GuardResult
-from fsm_agent.lanes import ControlPlane, Lane
-from fsm_agent.machine import CompiledMachine, Decision, GuardFailed
-from fsm_agent.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
-from fsm_agent.receipts import Receipt
-from fsm_agent.snapshot import PendingEffect, Receipted, Snapshot, ToolOutcome
-from fsm_agent.spec import load_machine, parse_machine
+from fsm_agent.journal.store import GuardResult
+from fsm_agent.runtime import guards
+from fsm_agent.runtime.budgets import Budgets, Meters
+from fsm_agent.runtime.guards import BUILTIN_GUARDS, UnknownGuard, resolve_guard
+from fsm_agent.runtime.lanes import ControlPlane, Lane
+from fsm_agent.runtime.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.runtime.snapshot import PendingEffect, Receipted, Snapshot, ToolOutcome
 
 BUDGETS = Budgets(max_steps=4, wall_clock_ms=1000, max_cost=1.0, tool_timeout_ms=100, max_retries=2)
 FREE_HTTP = Lane(kind="http", tier="free")

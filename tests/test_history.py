@@ -1,4 +1,5 @@
-"""The model's history (`fsm_agent.history`): a read-only view of the notes so far, that later
+"""The model's history (`fsm_agent.runtime.history`): a read-only view of the notes so far, that
+later
 notes never change and that no adapter can change, at a cost that does not grow with it."""
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from typing import Any
 import pytest
 
 from fsm_agent import Prompt
-from fsm_agent.history import CHUNK, History, HistoryView
-from fsm_agent.openai_wire import build_messages
+from fsm_agent.adapters.openai_wire import build_messages
+from fsm_agent.runtime.history import CHUNK, History, HistoryView
 from tests.lab import LOOKUP, MISS, lab_run
 
 

@@ -20,10 +20,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fsm_agent import HaltReason, InvalidInputError, load_machine
+from fsm_agent.declaration.load import parse_machine
+from fsm_agent.declaration.policy import PolicyError, load_policy, parse_policy
+from fsm_agent.declaration.yamlsource import (
+    MAX_YAML_BYTES,
+    MAX_YAML_DEPTH,
+    MAX_YAML_NODES,
+    LineIndex,
+)
 from fsm_agent.errors import FsmAgentError, MachineSpecError
-from fsm_agent.outcomes import NOT_KEPT, PREVIEW_CHARS, jsonable
-from fsm_agent.policy import PolicyError, load_policy, parse_policy
-from fsm_agent.proposals import (
+from fsm_agent.runtime.outcomes import NOT_KEPT, PREVIEW_CHARS, jsonable
+from fsm_agent.runtime.proposals import (
     MAX_DETAIL_CHARS,
     MAX_REPLY_BYTES,
     MAX_REPLY_CHARS,
@@ -35,10 +42,8 @@ from fsm_agent.proposals import (
     ToolCall,
     parse_reply,
 )
-from fsm_agent.spec import parse_machine
+from fsm_agent.stores.sqlite import SqliteStore
 from fsm_agent.testing import assert_replays
-from fsm_agent.yamlsource import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES, LineIndex
-from stores.sqlite import SqliteStore
 from tests.conftest import MINIMAL_MACHINE
 from tests.lab import LOOKUP, lab_run
 
@@ -531,7 +536,7 @@ def test_the_line_index_stops_where_the_loader_does() -> None:
 def test_a_billion_laughs_is_refused_by_the_cli_without_a_traceback(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from fsm_agent.cli import cli
+    from fsm_agent.cli.main import cli
 
     path = tmp_path / "laughs.yaml"
     path.write_text(laughs(), encoding="utf-8")

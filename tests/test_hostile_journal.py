@@ -32,11 +32,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fsm_agent import Receipt, ToolError, ToolResult, load_machine
-from fsm_agent.cli import cli
+from fsm_agent.cli.main import cli
 from fsm_agent.encoding import harden_streams, hash_bytes, text_sha256, unencodable
-from fsm_agent.proposals import MAX_REPLY_CHARS, MAX_REPLY_DEPTH
-from fsm_agent.record import atomic_write_text
-from fsm_agent.runfile import read_run_file, write_run_file
+from fsm_agent.journal.runfile import read_run_file, write_run_file
+from fsm_agent.runtime.proposals import MAX_REPLY_CHARS, MAX_REPLY_DEPTH
+from fsm_agent.runtime.record import atomic_write_text
 from tests import fixture_hostile
 from tests import model_server as ms
 from tests.fixture_hostile import Unprintable
@@ -374,7 +374,7 @@ def test_fuzz_the_openai_lane_on_many_hostile_replies_is_total(
 # --- the reported cases, one by one -------------------------------------------------------------
 
 LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
-LAB = ("--tools", "examples.halt_lab.tools")
+LAB = ("--tools", "fsm_agent.examples.halt_lab.tools")
 
 
 def fsm_agent(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,10 @@ import pytest
     ("statement", "absent"),
     [
         ("import fsm_agent", ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils"]),
-        ("import fsm_agent.cli", ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils"]),
+        (
+            "import fsm_agent.cli.main",
+            ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils"],
+        ),
     ],
 )
 def test_heavy_modules_are_imported_only_when_used(statement: str, absent: list[str]) -> None:

@@ -18,11 +18,11 @@ import pytest
 import sqlite_utils
 from click.testing import CliRunner
 
-from fsm_agent.cli import cli
+from fsm_agent.adapters.models import ScriptedModel
+from fsm_agent.cli.main import cli
 from fsm_agent.errors import AdapterError
-from fsm_agent.models import ScriptedModel
-from stores.sqlite import SqliteStore
-from stores.sqlite_schema import migrations
+from fsm_agent.stores.sqlite import SqliteStore
+from fsm_agent.stores.sqlite_schema import migrations
 
 LAB = Path(__file__).parent.parent / "examples" / "halt_lab"
 PROPER = f"scripted:{LAB / 'proper.json'}"
@@ -34,8 +34,9 @@ def invoke(*args: str) -> Any:
 
 def lab_run(db: Path, record: Path, *extra: str, model: str = PROPER) -> Any:
     return invoke(
-        "run", "agent_loop", "--task", "Find the lab password", "--model", model, "--tools",
-        "examples.halt_lab.tools", "--db", str(db), "--record", str(record), "--quiet", *extra,
+        "run", "agent_loop", "--task", "Find the lab password", "--model", model,
+        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", str(db),
+        "--record", str(record), "--quiet", *extra,
     )  # fmt: skip
 
 
@@ -250,8 +251,8 @@ def test_worker_records_are_private(tmp_path: Path) -> None:
     db, records = tmp_path / "q.db", tmp_path / "records"
     run_id = invoke("submit", "agent_loop", "--task", "t", "--db", str(db)).output.strip()
     result = invoke(
-        "worker", "--db", str(db), "--tools", "examples.halt_lab.tools", "--model", PROPER,
-        "--records", str(records), "--max-jobs", "1", "--idle-exit",
+        "worker", "--db", str(db), "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--model", PROPER, "--records", str(records), "--max-jobs", "1", "--idle-exit",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert mode(records / f"{run_id}.json") == 0o600

@@ -18,13 +18,13 @@ import attrs
 import pytest
 from click.testing import CliRunner
 
-from fsm_agent.chain import verify_run
-from fsm_agent.chain_hash import UNKEYED, UNKEYED_4
-from fsm_agent.cli import cli
+from fsm_agent.cli.main import cli
 from fsm_agent.errors import JournalError
-from fsm_agent.replay import replay_events
-from fsm_agent.runfile import RUN_FILE_FORMAT_3, export_run, import_run
-from stores.sqlite import SqliteStore
+from fsm_agent.journal.chain import verify_run
+from fsm_agent.journal.chain_hash import UNKEYED, UNKEYED_4
+from fsm_agent.journal.runfile import RUN_FILE_FORMAT_3, export_run, import_run
+from fsm_agent.review.replay import replay_events
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, lab_run
 
 RECORDED = Path(__file__).parent / "recorded_m006" / "journal.db"

@@ -8,10 +8,10 @@ from typing import Any
 import cattrs
 import pytest
 
-from fsm_agent import serde
 from fsm_agent.errors import FsmAgentError, HaltPathRefused
-from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, assert_local_halt
-from fsm_agent.receipts import Receipt, receipt_ok, receipts_complete
+from fsm_agent.journal import serde
+from fsm_agent.runtime.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, assert_local_halt
+from fsm_agent.runtime.receipts import Receipt, receipt_ok, receipts_complete
 
 POLICY = ControlPlane()  # every control key local_only, as in the seed's policy
 LOCAL_LANE = Lane(

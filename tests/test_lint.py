@@ -15,9 +15,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from fsm_agent.errors import InvalidInputError, MachineSpecError
-from fsm_agent.lanes import Lane
-from fsm_agent.lint import (
+from fsm_agent.declaration.lint import (
     COVERAGE,
     RECEIPT_GUARDS,
     RULES,
@@ -28,9 +26,11 @@ from fsm_agent.lint import (
     lint_paths,
     policy_finding,
 )
-from fsm_agent.policy import PolicyError, default_policy_path, load_policy, parse_policy
-from fsm_agent.spec import load_machine, machine_path
-from fsm_agent.tools import Tool, ToolRegistry, ToolResult, load_tools
+from fsm_agent.declaration.load import load_machine, machine_path
+from fsm_agent.declaration.policy import PolicyError, default_policy_path, load_policy, parse_policy
+from fsm_agent.errors import InvalidInputError, MachineSpecError
+from fsm_agent.runtime.lanes import Lane
+from fsm_agent.runtime.tools import Tool, ToolRegistry, ToolResult, load_tools
 
 FIXTURES = Path(__file__).parent / "lint_fixtures"
 SHIPPED = str(default_policy_path())
@@ -174,10 +174,10 @@ def test_there_is_a_fixture_pair_for_every_rule_and_every_fixture_is_used() -> N
     ("machine", "tools"),
     [
         ("agent_loop", None),
-        ("agent_loop", "examples.halt_lab.tools"),
-        ("agent_loop", "examples.stop_conditions.tools"),
+        ("agent_loop", "fsm_agent.examples.halt_lab.tools"),
+        ("agent_loop", "fsm_agent.examples.stop_conditions.tools"),
         (PAYMENTS, None),
-        (PAYMENTS, "examples.payments_retry.tools"),
+        (PAYMENTS, "fsm_agent.examples.payments_retry.tools"),
     ],
     ids=[
         "agent_loop",
@@ -198,12 +198,14 @@ def test_canonical_machines_lint_clean_with_a_policy(
 
 
 def test_without_a_policy_a_privileged_tool_is_a_finding() -> None:
-    payments = load_tools("examples.payments_retry.tools")
+    payments = load_tools("fsm_agent.examples.payments_retry.tools")
     findings = lint_paths(PAYMENTS, None, tools=payments)
     assert [(f.code, f.line) for f in findings] == [("HX005", 18)]  # tools: [capture_payment]
     assert "capture_payment" in findings[0].message
     # no privileged tool in the registry: nothing to hold to a policy
-    assert lint_paths("agent_loop", None, tools=load_tools("examples.halt_lab.tools")) == []
+    assert (
+        lint_paths("agent_loop", None, tools=load_tools("fsm_agent.examples.halt_lab.tools")) == []
+    )
 
 
 # --- what the rules assume when they cannot see the tools ---------------------------------

@@ -19,14 +19,14 @@ import pytest
 from click.testing import CliRunner
 
 from fsm_agent import HaltRecord, Lane, load_machine, load_model, load_tools, run
-from fsm_agent.cli import cli
+from fsm_agent.adapters.models import ModelAdapter, Prompt, describe_tools
+from fsm_agent.adapters.openai import FAULTS, Endpoint, OpenAIChatModel
+from fsm_agent.adapters.openai_wire import retry_after_s
+from fsm_agent.cli.main import cli
 from fsm_agent.errors import AdapterError
-from fsm_agent.journal import Facts
-from fsm_agent.models import ModelAdapter, Prompt, describe_tools
-from fsm_agent.openai_model import FAULTS, Endpoint, OpenAIChatModel
-from fsm_agent.openai_wire import retry_after_s
+from fsm_agent.journal.store import Facts
+from fsm_agent.stores.sqlite import SqliteStore
 from fsm_agent.testing import assert_replays
-from stores.sqlite import SqliteStore
 from tests import model_server as ms
 from tests.model_server import Act, ModelServer, answer, completion, text, tool_call
 
@@ -59,7 +59,7 @@ def lab_run(tmp_path: Path, model: ModelAdapter, **options: Any) -> HaltRecord:
         options.pop("machine", AGENT_LOOP),
         task="Find the lab password",
         model=model,
-        tools=load_tools("examples.halt_lab.tools"),
+        tools=load_tools("fsm_agent.examples.halt_lab.tools"),
         store=tmp_path / "j.db",
         record_path=tmp_path / "r.json",
         **options,
@@ -383,7 +383,7 @@ def test_the_api_key_never_reaches_the_journal_the_record_or_the_logs(
         "run", "agent_loop", "--task", "Find the lab password", "--model", "openai:test-model",
         "--base-url", server.base_url, "--api-key-env", "FSM_TEST_MODEL_KEY",
         "--lane-tier", "paid", "--price-in", "2", "--price-out", "8", "--worst-case-cost",
-        "0.01", "--tools", "examples.halt_lab.tools", "--db", str(db), "--record",
+        "0.01", "--tools", "fsm_agent.examples.halt_lab.tools", "--db", str(db), "--record",
         str(record_path),
     ]  # fmt: skip
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
@@ -594,7 +594,7 @@ def test_a_prompt_carries_the_budget_left() -> None:
 
 
 def test_tool_specs_come_from_the_signature() -> None:
-    tools = load_tools("examples.halt_lab.tools")
+    tools = load_tools("fsm_agent.examples.halt_lab.tools")
     [slow] = describe_tools(tools, ["slow_lookup", "not_registered"])
     assert slow.parameters == {
         "type": "object",

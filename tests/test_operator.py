@@ -15,10 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from fsm_agent import HaltReason, Lane, Prompt, ScriptedModel, load_tools, read_record, run
-from fsm_agent.cli import cli, progress_line
-from fsm_agent.journal import Control
-from fsm_agent.replay import replay_events
-from stores.sqlite import SqliteStore
+from fsm_agent.cli.group import progress_line
+from fsm_agent.cli.main import cli
+from fsm_agent.journal.store import Control
+from fsm_agent.review.replay import replay_events
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, MISS, lab_run
 
 ROOT = Path(__file__).parent.parent
@@ -211,7 +212,7 @@ def test_an_act_added_between_model_calls_is_applied_before_the_next_one(
 
     try:
         run("agent_loop", task="Find the lab password", model=model,
-            tools=load_tools("examples.halt_lab.tools"), store=store, run_id="poll-1",
+            tools=load_tools("fsm_agent.examples.halt_lab.tools"), store=store, run_id="poll-1",
             record_path=tmp_path / "r.json", budgets={"max_retries": 9})  # fmt: skip
         events = store.events("poll-1")
     finally:
@@ -229,7 +230,7 @@ def test_no_act_no_read(tmp_path: Path) -> None:
     try:
         record = run("agent_loop", task="Find the lab password",
                      model=ScriptedModel([MISS, MISS, MISS, LOOKUP, {"answer": "swordfish"}]),
-                     tools=load_tools("examples.halt_lab.tools"), store=store,
+                     tools=load_tools("fsm_agent.examples.halt_lab.tools"), store=store,
                      record_path=tmp_path / "r.json", budgets={"max_retries": 9})  # fmt: skip
     finally:
         store.close()

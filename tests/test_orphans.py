@@ -108,7 +108,7 @@ time.sleep(60)
 WATCHING_CHILD = """
 import os, sys, threading, time
 from pathlib import Path
-from fsm_agent.deadline import watch_parent
+from fsm_agent.runtime.deadline import watch_parent
 threading.Thread(target=watch_parent, args=(os.getppid(),), daemon=True).start()
 Path(sys.argv[1], "pid").write_text(str(os.getpid()))
 time.sleep(%s)
@@ -141,7 +141,10 @@ def test_without_prctl_the_child_sees_its_parent_die_and_stops(tmp_path: Path) -
 def test_a_child_whose_parent_died_before_it_was_bound_stops_at_once() -> None:
     """Between the spawn and prctl the parent may already be gone: the child is then not
     the original parent's any more, and ends before running anything of the user's."""
-    code = "from fsm_agent.deadline import _die_with_parent; _die_with_parent(-1); print('ran')"
+    code = (
+        "from fsm_agent.runtime.deadline import _die_with_parent;"
+        " _die_with_parent(-1); print('ran')"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, timeout=WAIT_S
     )

@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner
 
 from fsm_agent import load_tools, run
-from fsm_agent.cli import cli
-from fsm_agent.models import ScriptedModel
+from fsm_agent.adapters.models import ScriptedModel
+from fsm_agent.cli.main import cli
 from fsm_agent.outputs import OutputRefused
-from fsm_agent.record import atomic_write_text
+from fsm_agent.runtime.record import atomic_write_text
 
 LAB = Path(__file__).parent.parent / "examples" / "halt_lab"
 LOOPING = f"scripted:{LAB / 'looping.json'}"
@@ -34,7 +34,7 @@ def invoke(*args: str) -> Any:
 def lab_run(db: Path, *extra: str) -> Any:
     return invoke(
         "run", "agent_loop", "--task", "Find the lab password", "--model", LOOPING,
-        "--tools", "examples.halt_lab.tools", "--db", str(db), "--quiet", *extra,
+        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", str(db), "--quiet", *extra,
     )  # fmt: skip
 
 
@@ -182,7 +182,7 @@ def test_a_diagram_never_replaces_its_declaration_or_a_directory(tmp_path: Path)
 def test_a_records_directory_must_be_one(command: str, tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     db = tmp_path / "q.db"
-    extra = ["--tools", "examples.halt_lab.tools", "--model", LOOPING, "--idle-exit"]
+    extra = ["--tools", "fsm_agent.examples.halt_lab.tools", "--model", LOOPING, "--idle-exit"]
     for where, problem in [
         (str(tmp_path / "afile"), "is not a directory"),
         ("/dev/null", "is not a directory"),
@@ -224,5 +224,5 @@ def test_run_refuses_a_record_path_that_is_its_journal_before_it_starts(tmp_path
     db = tmp_path / "j.db"
     with pytest.raises(OutputRefused, match=r"record_path: .* is the journal"):
         run("agent_loop", task="t", model=ScriptedModel([]), tools=load_tools(
-            "examples.halt_lab.tools"), store=db, record_path=db)  # fmt: skip
+            "fsm_agent.examples.halt_lab.tools"), store=db, record_path=db)  # fmt: skip
     assert not db.exists()

@@ -12,10 +12,7 @@ import attrs
 import pytest
 
 from fsm_agent import ScriptedModel, run
-from fsm_agent.errors import InvalidInputError
-from fsm_agent.halt import HaltReason
-from fsm_agent.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane
-from fsm_agent.policy import (
+from fsm_agent.declaration.policy import (
     SCHEMA,
     Policy,
     PolicyError,
@@ -25,8 +22,11 @@ from fsm_agent.policy import (
     policy_problems,
     policy_refusal,
 )
-from fsm_agent.receipts import Receipt
-from fsm_agent.tools import ToolRegistry, ToolResult
+from fsm_agent.errors import InvalidInputError
+from fsm_agent.halt import HaltReason
+from fsm_agent.runtime.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.runtime.tools import ToolRegistry, ToolResult
 
 #: Seed 000's minimal policy, verbatim (its first line is a comment).
 SEED_POLICY = """\

@@ -34,10 +34,11 @@ from fsm_agent import (
     run,
     terminal_state,
 )
+from fsm_agent.declaration.load import parse_machine
+from fsm_agent.declaration.spec import MachineSpec
 from fsm_agent.halt import CANNOT_METER
-from fsm_agent.replay import replay_events
-from fsm_agent.spec import MachineSpec, parse_machine
-from stores.sqlite import SqliteStore
+from fsm_agent.review.replay import replay_events
+from fsm_agent.stores.sqlite import SqliteStore
 
 #: Values a tool can return. "v3" only ever comes back without complete receipts.
 GOOD_VALUES = ("v1", "v2")
@@ -251,7 +252,7 @@ def _check(record: HaltRecord, script: Script, limits: dict[str, Any], folder: P
 
 def _every_write_receipted(record: HaltRecord) -> None:
     """A side-effecting call without complete receipts is followed by the same call (tool
-    and arguments) with them: the oracle, written apart from `fsm_agent.effects`."""
+    and arguments) with them: the oracle, written apart from `fsm_agent.runtime.effects`."""
     calls = record.tool_calls
     for i, c in enumerate(calls):
         if c.side_effect and not (c.status == "returned" and receipts_complete(c.receipts)):

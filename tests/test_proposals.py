@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fsm_agent.proposals import (
+from fsm_agent.runtime.proposals import (
     MAX_REPLY_CHARS,
     FinalAnswer,
     HandoffRequest,

@@ -1,7 +1,8 @@
 """The run queue: submit, lease, renew and release on every store; workers in-process and as
 real processes (many at once, one killed with SIGKILL, one stopped with SIGTERM).
 
-Every store test runs on SQLite and, once `stores.postgres` exists and a server answers, on
+Every store test runs on SQLite and, once `fsm_agent.stores.postgres` exists and a server answers,
+on
 PostgreSQL (`FSM_AGENT_TEST_PG`, default postgresql://postgres@127.0.0.1:5432/test; each
 test gets a fresh schema). `FSM_AGENT_PG_TESTS=require` turns a missing server into a
 failure instead of a skip.
@@ -34,26 +35,22 @@ import attrs
 import pytest
 from click.testing import CliRunner
 
-from fsm_agent import (
-    JournalError,
-    ScriptedModel,
-    queue_job,
-    queue_worker,
-    read_record,
-    resume_run,
-    run,
-)
-from fsm_agent.chain import verify_run
-from fsm_agent.cli import cli
-from fsm_agent.errors import InvalidInputError, RunAbandoned, RunNotFound, RunPaused
-from fsm_agent.journal import Control, Event, Job, Store
-from fsm_agent.models import load_model
-from fsm_agent.proposals import ToolCall
-from fsm_agent.queue import WORKER_WHO, queued_spec, submit
-from fsm_agent.queue_worker import MAX_BACKOFF_S, QueueWorker, backoff_s
-from fsm_agent.replay import replay_events
-from fsm_agent.tools import load_tools
-from stores import is_dsn, open_store
+from fsm_agent import JournalError, ScriptedModel, read_record, resume_run, run
+from fsm_agent.adapters.loading import load_model
+from fsm_agent.cli.main import cli
+from fsm_agent.errors import InvalidInputError, RunAbandoned, RunPaused
+from fsm_agent.journal.chain import verify_run
+from fsm_agent.journal.store import Control, Event, Job, Store
+from fsm_agent.queue import job as queue_job
+from fsm_agent.queue import worker as queue_worker
+from fsm_agent.queue.submission import WORKER_WHO, queued_spec, submit
+from fsm_agent.queue.worker import MAX_BACKOFF_S, QueueWorker, backoff_s
+from fsm_agent.review.replay import replay_events
+from fsm_agent.run_ids import RunNotFound
+from fsm_agent.runtime.proposals import ToolCall
+from fsm_agent.runtime.tools import load_tools
+from fsm_agent.stores import open_store
+from fsm_agent.stores.dsn import is_dsn
 from tests import queue_fixture
 from tests.queue_fixture import GATE_ENV, STEP_MS_ENV, expected
 
@@ -84,10 +81,10 @@ def with_search_path(dsn: str, schema: str) -> str:
 def pg_location() -> Iterator[str]:
     """A DSN on a fresh PostgreSQL schema, dropped afterwards."""
     try:
-        importlib.import_module("stores.postgres")
+        importlib.import_module("fsm_agent.stores.postgres")
         psycopg = importlib.import_module("psycopg")
     except ImportError as exc:
-        _unavailable(f"stores.postgres is not importable ({exc})")
+        _unavailable(f"fsm_agent.stores.postgres is not importable ({exc})")
     dsn = os.environ.get(PG_ENV, PG_DEFAULT)
     try:
         admin = psycopg.connect(dsn, autocommit=True, connect_timeout=3)

@@ -10,16 +10,16 @@ from types import MappingProxyType
 import pytest
 from click.testing import CliRunner
 
-import fsm_agent.guards as guards_module
-import fsm_agent.machine as machine_module
-from examples.scenarios import SCENARIOS, run_scenario
+import fsm_agent.declaration.machine as machine_module
+import fsm_agent.runtime.guards as guards_module
 from fsm_agent import HaltReason, Snapshot
-from fsm_agent.cli import cli
-from fsm_agent.replay import replay_events
-from fsm_agent.replay_view import format_step
-from fsm_agent.spec import load_machine, parse_machine
+from fsm_agent.cli.main import cli
+from fsm_agent.declaration.load import load_machine, parse_machine
+from fsm_agent.examples.scenarios import SCENARIOS, run_scenario
+from fsm_agent.review.replay import replay_events
+from fsm_agent.review.view import format_step
+from fsm_agent.stores.sqlite import SqliteStore
 from fsm_agent.testing import assert_replays
-from stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, MISS, lab_run
 
 

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import fsm_agent.proposals as proposals
-import fsm_agent.redecide as redecide_module
-import fsm_agent.step_report as step_report
-from fsm_agent.journal import Event, GuardResult, RunRow
-from fsm_agent.replay import ReplayReport, replay_events
-from stores.sqlite import SqliteStore
+import fsm_agent.review.redecide as redecide_module
+import fsm_agent.review.step_report as step_report
+import fsm_agent.runtime.proposals as proposals
+from fsm_agent.journal.store import Event, GuardResult, RunRow
+from fsm_agent.review.replay import ReplayReport, replay_events
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, MISS, lab_run
 
 Edit = Callable[[Event], Event | None]

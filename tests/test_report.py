@@ -10,10 +10,10 @@ from pathlib import Path
 import attrs
 import pytest
 
-from fsm_agent.diagram import GraphvizMissing
 from fsm_agent.errors import FsmAgentError
-from fsm_agent.journal import GuardResult
-from fsm_agent.report import incident_report, safe_svg, write_report
+from fsm_agent.journal.store import GuardResult
+from fsm_agent.review.diagram import GraphvizMissing
+from fsm_agent.review.report import incident_report, safe_svg, write_report
 from tests.browser_runs import (
     HOSTILE,
     IMG,
@@ -158,7 +158,7 @@ def test_without_graphviz_the_report_refuses_instead_of_degrading(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     row, events = hostile_run(tmp_path)
-    monkeypatch.setattr("fsm_agent.svg_render.find_renderer", lambda: None)
+    monkeypatch.setattr("fsm_agent.review.svg_render.find_renderer", lambda: None)
     with pytest.raises(GraphvizMissing, match="pip install graphviz-pure"):
         incident_report(row, events)
 
@@ -205,7 +205,7 @@ def test_the_report_shows_what_on_call_needs_at_a_glance(tmp_path: Path) -> None
     """Tool observations, guards coloured by what they did, the run's frozen budgets in the
     diagram's title, costs with sensible precision, incomplete receipts marked."""
     from fsm_agent import ScriptedModel, run
-    from stores.sqlite import SqliteStore
+    from fsm_agent.stores.sqlite import SqliteStore
     from tests.fixture_tickets import new_tools
 
     close = {"tool_call": {"name": "close_ticket", "args": {"ticket": "T-200"}}}

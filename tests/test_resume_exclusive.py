@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from fsm_agent.chain import verify_run
-from fsm_agent.resume import shown_status
-from stores import open_store
+from fsm_agent.journal.chain import verify_run
+from fsm_agent.runtime.resume import shown_status
+from fsm_agent.stores import open_store
 from tests.fixture_resume import GATE_ENV, HANG_ENV, IDEMPOTENT_ENV, LEDGER_ENV
 from tests.test_queue import pg_location  # noqa: F401 - the fixture, for the PostgreSQL case
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from fsm_agent.cli import cli
+from fsm_agent.cli.main import cli
 from tests.lab import LOOKUP, lab_run
 
 

@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 from fsm_agent import load_tools, run
-from fsm_agent.cli import cli
-from fsm_agent.models import ScriptedModel
-from fsm_agent.queue import submit
+from fsm_agent.adapters.models import ScriptedModel
+from fsm_agent.cli.main import cli
+from fsm_agent.journal.runfile import read_run_file, write_run_file
+from fsm_agent.queue.submission import submit
 from fsm_agent.run_ids import BadRunId, is_run_id, record_stem
-from fsm_agent.runfile import read_run_file, write_run_file
-from stores.sqlite import SqliteStore
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, rechained
 
 PROPER = Path(__file__).parent.parent / "examples" / "halt_lab" / "proper.json"
@@ -38,7 +38,7 @@ def lab(db: Path, record: Path, **options: Any) -> Any:
         "agent_loop",
         task="Find the lab password",
         model=ScriptedModel([LOOKUP, {"answer": "swordfish"}]),
-        tools=load_tools("examples.halt_lab.tools"),
+        tools=load_tools("fsm_agent.examples.halt_lab.tools"),
         store=db,
         record_path=record,
         **options,
@@ -135,7 +135,7 @@ def legacy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     """A journal with a run whose id an older fsm-agent accepted (`../../legacy run`)."""
     rid = "../../legacy run"
     with monkeypatch.context() as m:
-        m.setattr("fsm_agent.worker.check_run_id", lambda value, **_: value)
+        m.setattr("fsm_agent.runtime.worker.check_run_id", lambda value, **_: value)
         lab(tmp_path / "old.db", tmp_path / "r.json", run_id=rid)
     return tmp_path / "old.db", rid
 
@@ -170,8 +170,8 @@ def test_worker_records_stay_in_their_directory_whatever_the_id(
     before its worker released it: the record file the next worker writes is named from a
     hash of the id, inside --records."""
     db, records = tmp_path / "q.db", tmp_path / "work" / "records"
-    monkeypatch.setattr("fsm_agent.queue.check_run_id", lambda value, **_: value)
-    monkeypatch.setattr("fsm_agent.worker.check_run_id", lambda value, **_: value)
+    monkeypatch.setattr("fsm_agent.queue.submission.check_run_id", lambda value, **_: value)
+    monkeypatch.setattr("fsm_agent.runtime.worker.check_run_id", lambda value, **_: value)
     store = SqliteStore(db)
     try:
         submit(store, "agent_loop", "Find the lab password", run_id=rid)
@@ -180,7 +180,7 @@ def test_worker_records_stay_in_their_directory_whatever_the_id(
     lab(db, tmp_path / "r.json", run_id=rid)  # halted; its job is still queued
     monkeypatch.undo()
     result = invoke(
-        "worker", "--db", str(db), "--tools", "examples.halt_lab.tools", "--model",
+        "worker", "--db", str(db), "--tools", "fsm_agent.examples.halt_lab.tools", "--model",
         f"scripted:{PROPER}", "--records", str(records), "--max-jobs", "1", "--idle-exit",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -199,14 +199,14 @@ def test_a_legacy_job_never_started_is_not_started_under_its_id(
 ) -> None:
     db, records = tmp_path / "q.db", tmp_path / "records"
     with monkeypatch.context() as m:
-        m.setattr("fsm_agent.queue.check_run_id", lambda value, **_: value)
+        m.setattr("fsm_agent.queue.submission.check_run_id", lambda value, **_: value)
         store = SqliteStore(db)
         try:
             submit(store, "agent_loop", "t", run_id="../../x")
         finally:
             store.close()
     result = invoke(
-        "worker", "--db", str(db), "--tools", "examples.halt_lab.tools", "--model",
+        "worker", "--db", str(db), "--tools", "fsm_agent.examples.halt_lab.tools", "--model",
         f"scripted:{PROPER}", "--records", str(records), "--max-jobs", "1", "--idle-exit",
     )  # fmt: skip
     assert result.exit_code == 0, result.output

@@ -13,11 +13,9 @@ from typing import Any
 import attrs
 import pytest
 
-from examples.scenarios import SCENARIOS, run_scenario
-from fsm_agent.errors import InvalidInputError, JournalError, RunNotFound
-from fsm_agent.journal import RunRow
-from fsm_agent.record import atomic_write_text
-from fsm_agent.runfile import (
+from fsm_agent.errors import InvalidInputError, JournalError
+from fsm_agent.examples.scenarios import SCENARIOS, run_scenario
+from fsm_agent.journal.runfile import (
     RUN_FILE_FORMAT,
     RunExistsError,
     RunFile,
@@ -28,7 +26,10 @@ from fsm_agent.runfile import (
     run_file_json,
     write_run_file,
 )
-from stores.sqlite import SqliteStore
+from fsm_agent.journal.store import RunRow
+from fsm_agent.run_ids import RunNotFound
+from fsm_agent.runtime.record import atomic_write_text
+from fsm_agent.stores.sqlite import SqliteStore
 
 #: Every scenario but the one that waits a real second for its wall clock.
 FAST = [s for s in SCENARIOS if s.name != "halt_lab.wall_clock"]

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fsm_agent.cli import cli
+from fsm_agent.cli.main import cli
 from fsm_agent.redaction import Redactor, Secret
 from tests import model_server as ms
 from tests.model_server import Act, ModelServer, answer, completion, tool_call
@@ -146,7 +146,7 @@ def test_a_key_echoed_back_is_never_stored_or_shown(
     monkeypatch.setenv(KEY_ENV, KEY)
     status = 500 if path.startswith("500") else 200
     server.play(Act(status=status, echo=ECHOES[path]))
-    found = run_and_review(tmp_path, server, tools="examples.halt_lab.tools")
+    found = run_and_review(tmp_path, server, tools="fsm_agent.examples.halt_lab.tools")
     assert [r["headers"]["Authorization"] for r in server.requests][:1] == [f"Bearer {KEY}"]
     assert MARKER.encode() in found["journal"], "the echo was journaled, redacted"
     assert_no_leak(KEY, found)

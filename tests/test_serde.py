@@ -13,15 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsm_agent import serde
-from fsm_agent.budgets import Budgets, Meters
 from fsm_agent.halt import HaltReason
-from fsm_agent.journal import Event, Facts, GuardResult, RunRow
-from fsm_agent.lanes import ControlPlane, Lane
-from fsm_agent.proposals import FinalAnswer, HandoffRequest, Proposal, Rejection, ToolCall
-from fsm_agent.receipts import Receipt
-from fsm_agent.record import HaltRecord, HandoffPacket, ToolCallEntry
-from fsm_agent.snapshot import Snapshot, ToolOutcome
+from fsm_agent.journal import serde
+from fsm_agent.journal.store import Event, Facts, GuardResult, RunRow
+from fsm_agent.runtime.budgets import Budgets, Meters
+from fsm_agent.runtime.lanes import ControlPlane, Lane
+from fsm_agent.runtime.proposals import FinalAnswer, HandoffRequest, Proposal, Rejection, ToolCall
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.runtime.record import HaltRecord, HandoffPacket, ToolCallEntry
+from fsm_agent.runtime.snapshot import Snapshot, ToolOutcome
 
 # --- strategies -------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The generated encoders and decoders (`fsm_agent.serde_gen`) are the converter's, faster:
+"""The generated encoders and decoders (`fsm_agent.journal.serde_gen`) are the converter's, faster:
 the compact text is byte for byte the converter's, decoding gives the converter's value,
 and nothing the converter refuses gets past the fast path (it hands such data back to the
 converter, which raises the error it always raised)."""
@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsm_agent import serde
 from fsm_agent.halt import HaltReason
-from fsm_agent.journal import Event, Facts, GuardResult
-from fsm_agent.receipts import Receipt
-from fsm_agent.snapshot import Snapshot, ToolOutcome
+from fsm_agent.journal import serde
+from fsm_agent.journal.store import Event, Facts, GuardResult
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.runtime.snapshot import Snapshot, ToolOutcome
 from tests.test_serde import JOURNAL_TYPES, events, facts, guard_logs, json_values, snapshots
 
 HOT: list[tuple[Any, Any]] = [

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from fsm_agent import HaltReason, read_record
-from fsm_agent.record import HaltRecord
-from stores.sqlite import SqliteStore
+from fsm_agent.runtime.record import HaltRecord
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.fixture_tools import process_alive
 
 ROOT = Path(__file__).parent.parent

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import attrs
 
-from fsm_agent.budgets import Budgets, Meters
-from fsm_agent.lanes import ControlPlane, Lane
-from fsm_agent.proposals import ToolCall
-from fsm_agent.snapshot import PendingEffect, Receipted, Snapshot, ToolOutcome, entering
+from fsm_agent.runtime.budgets import Budgets, Meters
+from fsm_agent.runtime.lanes import ControlPlane, Lane
+from fsm_agent.runtime.proposals import ToolCall
+from fsm_agent.runtime.snapshot import PendingEffect, Receipted, Snapshot, ToolOutcome, entering
 
 
 def _every_field_set() -> Snapshot:

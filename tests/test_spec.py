@@ -12,15 +12,16 @@ from pathlib import Path
 import attrs
 import pytest
 
+from fsm_agent.declaration.load import load_machine, parse_machine
+from fsm_agent.declaration.machine import CompiledMachine
+from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec
 from fsm_agent.errors import FsmAgentError, InvalidInputError, MachineSpecError
-from fsm_agent.guards import resolve_guard
 from fsm_agent.halt import TERMINAL_STATE, TERMINAL_STATES, HaltReason
-from fsm_agent.machine import CompiledMachine
-from fsm_agent.spec import BUDGET_TRIGGER, MachineSpec, load_machine, parse_machine
+from fsm_agent.runtime.guards import resolve_guard
 
 ROOT = Path(__file__).resolve().parent.parent
 
-MACHINES = Path(str(importlib.resources.files("machines")))
+MACHINES = Path(str(importlib.resources.files("fsm_agent.machines")))
 CANONICAL = MACHINES / "agent_loop.yaml"
 
 T0 = "{trigger: answer, source: drafting, dest: done, guards: [evidence_complete], halt: completed}"

@@ -26,14 +26,14 @@ from pathlib import Path
 import pytest
 
 from fsm_agent import HaltReason, read_record
-from stores.sqlite import SqliteStore
+from fsm_agent.stores.sqlite import SqliteStore
 
 ROOT = Path(__file__).parent.parent
 WAIT_S = 60.0
 #: up to here from the start of the process: imports, the run's start, its first steps
 LATEST_S = 0.4
 #: A frame of fsm-agent's own code. The package's `__init__.py` is loaded (and, in a fresh
-#: checkout, compiled) by the import system before `fsm_agent.entry` can install its
+#: checkout, compiled) by the import system before `fsm_agent.cli.entry` can install its
 #: handlers: a signal landing there is still the interpreter's start, not fsm-agent's.
 OUR_FRAME = re.compile(r'File "[^"]*[/\\]fsm_agent[/\\](?!__init__\.py", line \d+, in <module>)')
 
@@ -43,9 +43,9 @@ def command() -> list[str]:
 
 
 def console_script() -> list[str] | None:
-    """The installed `fsm-agent` script, if it starts through `fsm_agent.entry`."""
+    """The installed `fsm-agent` script, if it starts through `fsm_agent.cli.entry`."""
     script = Path(sys.executable).with_name("fsm-agent")
-    if script.exists() and "fsm_agent.entry" in script.read_text(errors="replace"):
+    if script.exists() and "fsm_agent.cli.entry" in script.read_text(errors="replace"):
         return [str(script)]
     return None
 
@@ -58,7 +58,7 @@ def one_try(folder: Path, argv: list[str], signum: int, delay: float) -> str:
     paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     proc = subprocess.Popen(
         [*argv, "run", "agent_loop", "--task", "find it", "--model",
-         "scripted:examples/halt_lab/slow.json", "--tools", "examples.halt_lab.tools",
+         "scripted:examples/halt_lab/slow.json", "--tools", "fsm_agent.examples.halt_lab.tools",
          "--db", str(db), "--record", str(record), "--quiet"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=os.pathsep.join(paths)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

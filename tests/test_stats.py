@@ -13,11 +13,12 @@ from typing import Any
 import attrs
 import pytest
 
-from examples.scenarios import SCENARIOS, run_scenario
-from fsm_agent import HaltReason, HaltRecord, ScriptedModel, serde
+from fsm_agent import HaltReason, HaltRecord, ScriptedModel
 from fsm_agent.errors import InvalidInputError, JournalError
-from fsm_agent.runfile import RunFile, export_run, import_run
-from fsm_agent.stats import (
+from fsm_agent.examples.scenarios import SCENARIOS, run_scenario
+from fsm_agent.journal import serde
+from fsm_agent.journal.runfile import RunFile, export_run, import_run
+from fsm_agent.review.stats import (
     Distribution,
     MachineStats,
     Stats,
@@ -27,7 +28,7 @@ from fsm_agent.stats import (
     percentile,
     since_key,
 )
-from stores.sqlite import SqliteStore
+from fsm_agent.stores.sqlite import SqliteStore
 from tests import lab
 from tests.lab import LOOKUP, rechained
 from tests.lab import MISS as AGAIN

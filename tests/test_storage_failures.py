@@ -33,12 +33,12 @@ import sqlite_utils
 from click.testing import CliRunner, Result
 
 from fsm_agent import HaltReason, ScriptedModel, load_tools, read_record, run
-from fsm_agent.chain import verify_run
-from fsm_agent.cli import cli
+from fsm_agent.cli.main import cli
 from fsm_agent.errors import JournalError
-from fsm_agent.journal import Event
-from stores.sqlite import SqliteStore
-from stores.sqlite_schema import migrations
+from fsm_agent.journal.chain import verify_run
+from fsm_agent.journal.store import Event
+from fsm_agent.stores.sqlite import SqliteStore
+from fsm_agent.stores.sqlite_schema import migrations
 from tests.lab import LOOKUP, MISS
 
 ROOT = Path(__file__).parent.parent
@@ -58,7 +58,7 @@ def lab(store: SqliteStore | Path, record: Path, replies: list[Any], **options: 
     return run(
         "agent_loop",
         model=ScriptedModel(list(replies)),
-        tools=load_tools("examples.halt_lab.tools"),
+        tools=load_tools("fsm_agent.examples.halt_lab.tools"),
         store=store,
         record_path=record,
         handle_signals=False,
@@ -135,7 +135,7 @@ def test_random_bytes_are_refused_naming_the_file(tmp_path: Path) -> None:
     script.write_text(json.dumps(COMPLETES), encoding="utf-8")
     ran = invoke(
         "run", "agent_loop", "--task", "t", "--model", f"scripted:{script}", "--tools",
-        "examples.halt_lab.tools", "--db", str(db), "--record", str(tmp_path / "r.json"),
+        "fsm_agent.examples.halt_lab.tools", "--db", str(db), "--record", str(tmp_path / "r.json"),
     )  # fmt: skip
     assert "damaged" in assert_clear_error(ran, db)
     assert db.read_bytes() == noise  # nothing was written into it
@@ -199,9 +199,10 @@ def test_a_journal_from_a_newer_fsm_agent_is_refused_naming_the_file(tmp_path: P
 #: (stdout also gets the exit code). One process for several commands: start-up is slow.
 _AS_NOBODY = f"""
 import importlib.metadata, importlib.readers, importlib.resources, json, os, sys
-import examples.halt_lab.tools, fsm_agent.chain, fsm_agent.cli, fsm_agent.resume
-import fsm_agent.spec, fsm_agent.stats, stores.sqlite
-fsm_agent.spec.load_machine("agent_loop")
+import fsm_agent.examples.halt_lab.tools, fsm_agent.journal.chain, fsm_agent.cli.main
+import fsm_agent.runtime.resume
+import fsm_agent.declaration.spec, fsm_agent.review.stats, fsm_agent.stores.sqlite
+fsm_agent.declaration.load.load_machine("agent_loop")
 if os.geteuid() == 0:
     os.setgroups([])
     os.setgid({NOBODY})
@@ -209,7 +210,7 @@ if os.geteuid() == 0:
 for args in json.loads(sys.argv[1]):
     code = 0
     try:
-        fsm_agent.cli.cli.main(args=args, prog_name="fsm-agent")
+        fsm_agent.cli.main.cli.main(args=args, prog_name="fsm-agent")
     except SystemExit as exc:
         code = exc.code or 0
     print(f"\\x1e{{code}}", flush=True)
@@ -354,7 +355,7 @@ def test_a_run_on_a_journal_this_process_may_not_write_fails_naming_it(
     record = (shared.records if record_writable else shared.journal_dir) / "record.json"
     (result,) = as_nobody([
         "run", "agent_loop", "--task", "Find the lab password", "--model",
-        shared.script(COMPLETES), "--tools", "examples.halt_lab.tools", "--db",
+        shared.script(COMPLETES), "--tools", "fsm_agent.examples.halt_lab.tools", "--db",
         str(shared.db), "--record", str(record), "--quiet",
     ])  # fmt: skip
     if not record_writable:  # found before anything runs: invalid input, nothing written

@@ -26,26 +26,34 @@ import attrs
 import pytest
 from click.testing import CliRunner
 
-from fsm_agent import serde
-from fsm_agent.budgets import Budgets, Meters
-from fsm_agent.chain import verify_run
-from fsm_agent.chain_hash import UNKEYED_4, record_link
-from fsm_agent.cli import cli
+from fsm_agent.adapters.models import ScriptedModel
+from fsm_agent.cli.main import cli
 from fsm_agent.encoding import text_sha256
-from fsm_agent.errors import JournalError, NotAJournal, RunNotFound
+from fsm_agent.errors import JournalError, NotAJournal
 from fsm_agent.halt import HaltReason
-from fsm_agent.journal import Control, Event, Facts, GuardResult, Job, RunRow, Store
-from fsm_agent.models import ScriptedModel
-from fsm_agent.proposals import FinalAnswer, ToolCall
-from fsm_agent.receipts import Receipt
-from fsm_agent.record import HaltRecord, HandoffPacket, ToolCallEntry, read_record
-from fsm_agent.replay import replay_events
-from fsm_agent.runfile import RunExistsError, RunFileError, export_run, import_run, read_run_file
-from fsm_agent.snapshot import Snapshot, ToolOutcome
-from stores import is_dsn, open_store, redact_dsn
-from stores.postgres_schema import _HEAD as _PG_HEAD
-from stores.sqlite import SqliteStore
-from stores.sqlite_schema import APPEND_ROWS_MAX
+from fsm_agent.journal import serde
+from fsm_agent.journal.chain import verify_run
+from fsm_agent.journal.chain_hash import UNKEYED_4, record_link
+from fsm_agent.journal.runfile import (
+    RunExistsError,
+    RunFileError,
+    export_run,
+    import_run,
+    read_run_file,
+)
+from fsm_agent.journal.store import Control, Event, Facts, GuardResult, Job, RunRow, Store
+from fsm_agent.review.replay import replay_events
+from fsm_agent.run_ids import RunNotFound
+from fsm_agent.runtime.budgets import Budgets, Meters
+from fsm_agent.runtime.proposals import FinalAnswer, ToolCall
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.runtime.record import HaltRecord, HandoffPacket, ToolCallEntry, read_record
+from fsm_agent.runtime.snapshot import Snapshot, ToolOutcome
+from fsm_agent.stores import open_store
+from fsm_agent.stores.dsn import is_dsn, redact_dsn
+from fsm_agent.stores.postgres_schema import _HEAD as _PG_HEAD
+from fsm_agent.stores.sqlite import SqliteStore
+from fsm_agent.stores.sqlite_schema import APPEND_ROWS_MAX
 from tests.child_writer import expected_halt
 from tests.child_writer import run_id as writer_run_id
 from tests.lab import LOOKUP, MISS, lab_run
@@ -1309,7 +1317,7 @@ def test_a_dsn_is_shown_without_its_password(dsn: str, shown: str) -> None:
 
 def test_sqlite_and_the_library_never_import_psycopg(tmp_path: Path) -> None:
     code = (
-        "import sys, fsm_agent, fsm_agent.cli, stores\n"
+        "import sys, fsm_agent, fsm_agent.cli.main, stores\n"
         "from stores import open_store\n"
         f"open_store({str(tmp_path / 'j.db')!r}).close()\n"
         "print([m for m in sys.modules if m.split('.')[0] in ('psycopg', 'stores')])"
@@ -1318,7 +1326,7 @@ def test_sqlite_and_the_library_never_import_psycopg(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout
     assert "psycopg" not in out
-    assert "stores.postgres" not in out
+    assert "fsm_agent.stores.postgres" not in out
 
 
 def test_an_unreachable_server_is_a_journal_error_without_the_password() -> None:
@@ -1358,7 +1366,7 @@ def test_a_keyword_dsn_opens_the_same_journal(pg_location: str) -> None:
 
 
 def test_postgres_refuses_truncate_and_keeps_the_schema(pg_location: str) -> None:
-    from stores.postgres_schema import MIGRATIONS
+    from fsm_agent.stores.postgres_schema import MIGRATIONS
 
     backend = PostgresBackend(pg_location)
     s = backend.open()

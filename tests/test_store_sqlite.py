@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fsm_agent.errors import JournalError
-from stores.sqlite import SqliteStore
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.test_store_contract import halt_record, run_row, started, transition
 
 

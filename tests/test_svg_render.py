@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fsm_agent import svg_render
-from fsm_agent.cli import cli
-from fsm_agent.diagram import to_dot, to_svg
+from fsm_agent.cli.main import cli
+from fsm_agent.declaration.load import load_machine
 from fsm_agent.errors import FsmAgentError
-from fsm_agent.spec import load_machine
+from fsm_agent.review import svg_render
+from fsm_agent.review.diagram import to_dot, to_svg
 from tests.browser_runs import completed_run
 
 ROOT = Path(__file__).parent.parent
@@ -117,7 +117,7 @@ def test_report_and_svg_diagram_work_with_no_dot_on_path(tmp_path: Path) -> None
     out = cli(
         "run", "agent_loop", "--task", "t", "--db", db, "--record", "r.json", "--json",
         "--model", f"scripted:{ROOT / 'examples/halt_lab/looping.json'}",
-        "--tools", "examples.halt_lab.tools",
+        "--tools", "fsm_agent.examples.halt_lab.tools",
     )  # fmt: skip
     run_id = re.search(r'"run_id": "([^"]+)"', out)
     assert run_id, out

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fsm_agent import HaltReason
-from fsm_agent.journal import Event
-from fsm_agent.replay import replay_events
-from fsm_agent.runfile import read_run_file
-from stores.sqlite import SqliteStore
+from fsm_agent.journal.runfile import read_run_file
+from fsm_agent.journal.store import Event
+from fsm_agent.review.replay import replay_events
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, MISS, lab_run, replays
 
 

@@ -24,8 +24,8 @@ import pytest
 from fsm_agent import Event, HaltReason, read_record
 from fsm_agent.errors import Interrupted
 from fsm_agent.halt import exit_code
-from fsm_agent.interrupts import InterruptGate, raised_by_user_code
-from stores.sqlite import SqliteStore
+from fsm_agent.runtime.interrupts import InterruptGate, raised_by_user_code
+from fsm_agent.stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, lab_run
 
 ROOT = Path(__file__).parent.parent

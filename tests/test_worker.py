@@ -45,14 +45,15 @@ from fsm_agent import (
     run,
     terminal_state,
 )
+from fsm_agent.declaration.load import parse_machine
+from fsm_agent.declaration.spec import MachineSpec
 from fsm_agent.halt import CANNOT_METER
-from fsm_agent.journal import Event, RunRow
-from fsm_agent.proposals import ToolCall
-from fsm_agent.record import RECORD_TOOL_CALLS
-from fsm_agent.replay import replay_events
-from fsm_agent.spec import MachineSpec, parse_machine
-from fsm_agent.tools import argument_problem
-from stores.sqlite import SqliteStore
+from fsm_agent.journal.store import Event, RunRow
+from fsm_agent.review.replay import replay_events
+from fsm_agent.runtime.proposals import ToolCall
+from fsm_agent.runtime.record import RECORD_TOOL_CALLS
+from fsm_agent.runtime.tools import argument_problem
+from fsm_agent.stores.sqlite import SqliteStore
 from tests import fixture_tools
 from tests.fixture_tools import process_alive
 
@@ -307,7 +308,7 @@ def test_max_steps_fires_three_times_out_of_three(journal: SqliteStore, tmp_path
 def test_wall_clock_fires_on_a_real_slow_tool_not_a_late_completed(
     journal: SqliteStore, record_path: Path
 ) -> None:
-    from examples.halt_lab.tools import TOOLS as HALT_LAB_TOOLS
+    from fsm_agent.examples.halt_lab.tools import TOOLS as HALT_LAB_TOOLS
 
     model = ScriptedModel.from_file(HALT_LAB / "slow.json")  # slow_lookup sleeps 3 s
     started = time.monotonic()

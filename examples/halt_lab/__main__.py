@@ -1,5 +1,6 @@
-"""`python -m examples.halt_lab`: run seed 001's four lab scenarios and print how each halted."""
+"""`python -m fsm_agent.examples.halt_lab`: run seed 001's four lab scenarios and print how each
+halted."""
 
-from examples.runner import main
+from fsm_agent.examples.runner import main
 
 raise SystemExit(main("halt_lab"))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import time
 
-from fsm_agent.receipts import Receipt
-from fsm_agent.tools import ToolRegistry, ToolResult
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.runtime.tools import ToolRegistry, ToolResult
 
 TOOLS = ToolRegistry()
 FACTS = {"lab password": "swordfish"}

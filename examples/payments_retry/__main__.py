@@ -1,5 +1,6 @@
-"""`python -m examples.payments_retry`: run seed 000's scenarios and print how each halted."""
+"""`python -m fsm_agent.examples.payments_retry`: run seed 000's scenarios and print how each
+halted."""
 
-from examples.runner import main
+from fsm_agent.examples.runner import main
 
 raise SystemExit(main("payments_retry"))

@@ -2,7 +2,8 @@
 
 Every run gets its own `Gateway` through `new_tools()`, so attempt counts never leak from one
 run into the next (two runs of one scenario in one process behave the same). `TOOLS` is one
-such registry for `fsm-agent run --tools examples.payments_retry.tools` (one run per process).
+such registry for `fsm-agent run --tools fsm_agent.examples.payments_retry.tools` (one run per
+process).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Any, Final
 
 import attrs
 
-from fsm_agent.receipts import Receipt
-from fsm_agent.tools import Tool, ToolError, ToolRegistry, ToolResult
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.runtime.tools import Tool, ToolError, ToolRegistry, ToolResult
 
 #: order id -> attempts answered `206` with an empty id before it settles (None: never).
 ORDERS: Final[Mapping[str, int | None]] = MappingProxyType({"ord_1001": 2, "ord_2002": None})

@@ -8,7 +8,7 @@ its queue under the state's time cap (a timeout fires `timed_out`, an error `fai
 from __future__ import annotations
 
 from fsm_agent import ActionResult, Receipt, Snapshot, ToolResult
-from fsm_agent.receipts import receipt_ok
+from fsm_agent.runtime.receipts import receipt_ok
 
 
 def await_capture_webhook(snapshot: Snapshot) -> ActionResult:

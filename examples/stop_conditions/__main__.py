@@ -1,5 +1,6 @@
-"""`python -m examples.stop_conditions`: run seed 002's scenarios and print how each halted."""
+"""`python -m fsm_agent.examples.stop_conditions`: run seed 002's scenarios and print how each
+halted."""
 
-from examples.runner import main
+from fsm_agent.examples.runner import main
 
 raise SystemExit(main("stop_conditions"))

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from fsm_agent.receipts import Receipt
-from fsm_agent.tools import ToolRegistry, ToolResult
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.runtime.tools import ToolRegistry, ToolResult
 
 TOOLS = ToolRegistry()
 #: query -> (document id, text). Anything else is a miss.

@@ -31,11 +31,11 @@ from fsm_agent import (
     load_machine,
     run,
 )
-from fsm_agent.deadline import Isolation
-from fsm_agent.replay import replay_events
-from stores import open_store
-from stores.sqlite import SqliteStore
-from stores.sqlite_open import Synchronous
+from fsm_agent.review.replay import replay_events
+from fsm_agent.runtime.deadline import Isolation
+from fsm_agent.stores import open_store
+from fsm_agent.stores.sqlite import SqliteStore
+from fsm_agent.stores.sqlite_open import Synchronous
 from tests.bench import workers
 from tests.bench.workload import TOOL, Scratch, Workload
 

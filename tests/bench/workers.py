@@ -54,7 +54,7 @@ def pg_missing() -> str | None:
     try:
         import psycopg
 
-        import stores.postgres  # noqa: F401
+        import fsm_agent.stores.postgres  # noqa: F401
     except ImportError as exc:
         return f"no PostgreSQL store ({exc})"
     try:
@@ -95,8 +95,8 @@ def pg_journal(scratch: Scratch) -> Iterator[str]:
 
 
 def _submit(location: str, runs: int, steps: int) -> None:
-    from fsm_agent.queue import submit
-    from stores import open_store
+    from fsm_agent.queue.submission import submit
+    from fsm_agent.stores import open_store
 
     store = open_store(location)
     try:
@@ -112,7 +112,7 @@ def _span(location: str, runs: int) -> tuple[int, float]:
     """(transitions, seconds) of the span in which every worker was journaling: from the
     latest first event of a worker to the earliest last one (so the workers' staggered
     start-up and finish are not counted). Checks that every run halted `completed`."""
-    from stores import open_store
+    from fsm_agent.stores import open_store
 
     store = open_store(location)
     by_worker: dict[int | None, list[tuple[float, bool]]] = {}

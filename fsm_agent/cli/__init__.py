@@ -1,0 +1,1 @@
+"""The `fsm-agent` command."""

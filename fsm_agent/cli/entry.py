@@ -1,0 +1,108 @@
+"""The `fsm-agent` process: SIGTERM and SIGINT are answered from its first moment.
+
+Loading the command (click, the library, a tools module) takes a few hundred milliseconds;
+a signal in that time used to print a `KeyboardInterrupt` traceback or exit 1. So the
+handlers go in before anything else is imported (this module and the package's `__init__`
+load nothing new): until a run installs its own (which make the signal a journaled
+`interrupted` halt) and after it removes them, a signal ends the process with 128+N and one
+line on stderr, no traceback. While these handlers are in place a real signal is
+`Interrupted`, never `KeyboardInterrupt`, so a `KeyboardInterrupt` can only come from user
+code (see `fsm_agent.runtime.interrupts.raised_by_user_code`).
+
+A handler's exception can land where Python ignores exceptions (a weakref callback, a
+`__del__`; the import system runs such callbacks all the time): the stop would be lost and
+the command would go on. `sys.unraisablehook` sees that happen, prints nothing, and sends
+the same signal again a moment later, from a thread, so that it lands in ordinary code (the
+run's own handler, if a run has started meanwhile).
+
+What no program can answer: a signal in the interpreter's own start, before the first line
+of this package runs (~10 ms), gets Python's default (killed by the signal; or, for SIGINT,
+a `KeyboardInterrupt` traceback from Python's start-up code).
+"""
+
+from __future__ import annotations
+
+import _thread
+import sys
+import time
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    import signal as _signal
+    from types import FrameType
+else:  # the C module Python loaded at its own start (`signal` would add enum: ~4 ms more)
+    import _signal
+
+#: The last signal this module's handler took (None: none yet).
+_stopping: int | None = None
+#: Set once the process is on its way out: a signal then changes nothing.
+_exiting = False
+
+
+def _interrupted_type() -> type[BaseException] | None:
+    errors = sys.modules.get("fsm_agent.errors")
+    found = getattr(errors, "Interrupted", None)
+    return found if isinstance(found, type) and issubclass(found, BaseException) else None
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    global _stopping
+    _stopping = signum
+    if _exiting:
+        return
+    interrupted = _interrupted_type()
+    if interrupted is None:  # so early that nothing is loaded that would need to unwind
+        raise SystemExit(128 + signum)
+    raise interrupted(signum)
+
+
+def _signal_of(exc: BaseException) -> int | None:
+    """The signal a stop exception stands for, or None for any other exception."""
+    interrupted = _interrupted_type()
+    if interrupted is not None and isinstance(exc, interrupted):
+        return int(getattr(exc, "signum", 0)) or None
+    if isinstance(exc, SystemExit) and _stopping is not None and exc.code == 128 + _stopping:
+        return _stopping
+    return None
+
+
+def _send_again(signum: int) -> None:
+    time.sleep(0.01)  # let the callback that swallowed the stop return first
+    _signal.raise_signal(signum)
+
+
+def _lost_stop(unraisable: sys.UnraisableHookArgs) -> None:
+    signum = None if unraisable.exc_value is None else _signal_of(unraisable.exc_value)
+    if signum is None:
+        sys.__unraisablehook__(unraisable)
+        return
+    _thread.start_new_thread(_send_again, (signum,))
+
+
+def _say_stopped(signum: int) -> None:
+    import signal
+
+    name = signal.Signals(signum).name
+    try:
+        print(f"fsm-agent: stopped by {name}, outside a run", file=sys.stderr)
+    except (OSError, ValueError):  # a closed stderr: no traceback either
+        return
+
+
+def main() -> None:
+    """`fsm-agent`: the CLI, with the signal handlers installed before it is imported."""
+    global _exiting
+    for sig in (_signal.SIGTERM, _signal.SIGINT):
+        _signal.signal(sig, _handler)
+    sys.unraisablehook = _lost_stop
+    try:
+        from fsm_agent.cli.main import main as cli_main
+
+        cli_main()
+    except BaseException as exc:
+        _exiting = True
+        signum = _signal_of(exc)
+        if signum is None:
+            raise
+        _say_stopped(signum)
+        sys.exit(128 + signum)

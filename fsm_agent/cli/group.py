@@ -1,0 +1,81 @@
+"""The `fsm-agent` click group, and what its commands share: the live step line, the
+summary of a halt, and how a command ends on its record."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+
+import click
+
+from fsm_agent.errors import RunPaused
+from fsm_agent.halt import EXIT_PAUSED, exit_code
+from fsm_agent.journal.store import Event
+from fsm_agent.runtime.record import HaltRecord, record_json
+from fsm_agent.runtime.snapshot import SUCCESS_RULES
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fsm-agent")
+def cli() -> None:
+    """Run AI agents as declared finite-state machines; every halt is named and journaled."""
+
+
+def progress_line(quiet: bool) -> Callable[[Event], None]:
+    """The live `step 3/8` line of each transition, against the cap in force (an operator
+    may have raised it since the start)."""
+
+    def show(event: Event) -> None:
+        if quiet or event.kind != "transition":
+            return
+        steps, cap = event.snapshot.meters.steps_used, event.snapshot.budgets.max_steps
+        line = f"step {steps}/{cap}  {event.source} → {event.dest}  [{event.trigger}]"
+        if event.halt is not None:
+            line += f"  halt: {event.halt.value}"
+        # A closed terminal or pipe must not change how the run ends.
+        with contextlib.suppress(OSError):
+            click.echo(line, err=True)
+
+    return show
+
+
+def summary(record: HaltRecord) -> str:
+    lines = [
+        f"halted: {record.halt_reason.value} ({record.terminal_state})"
+        f" after {record.steps_used}/{record.max_steps} steps,"
+        f" {len(record.tool_calls)} tool call(s), {record.meters.elapsed_ms} ms",
+    ]
+    if record.answer is not None:
+        lines.append(f"answer: {record.answer}")
+    if record.grounded_by:
+        lines.append(f"grounded by: {', '.join(record.grounded_by)}")
+    if record.error:
+        lines.append(f"why: {record.error}")
+    lines += [
+        f"without complete receipts: {call}"
+        for call in record.unreceipted
+        if call not in (record.error or "")
+    ]
+    if record.success_rules < SUCCESS_RULES:
+        lines.append(f"decided under success rules {record.success_rules} (before {SUCCESS_RULES})")
+    return "\n".join(lines)
+
+
+def paused_or(drive: Callable[[], HaltRecord]) -> HaltRecord:
+    """Drive a run; if a person pauses it, say how to continue it and exit 75."""
+    try:
+        return drive()
+    except RunPaused as exc:
+        click.echo(f"{exc}; continue it with: fsm-agent resume {exc.run_id} --model …")
+        sys.exit(EXIT_PAUSED)
+
+
+def finish(record: HaltRecord, record_path: str, as_json: bool) -> None:
+    """Print how a run halted and exit with its code."""
+    if as_json:
+        click.echo(record_json(record), nl=False)
+    else:
+        click.echo(summary(record))
+        click.echo(f"record: {record_path}")
+    sys.exit(exit_code(record.halt_reason, record.signal))

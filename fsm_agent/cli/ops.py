@@ -1,0 +1,254 @@
+"""Operations commands: verify the journal's hash chain, pause and resume runs.
+
+Registered on the `fsm-agent` group by `fsm_agent.cli.main`; a thin layer like the rest of it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from fsm_agent.adapters.models import ModelAdapter
+from fsm_agent.cli.group import cli, finish, paused_or, progress_line
+from fsm_agent.cli.options import (
+    OutputPath,
+    cli_errors,
+    db_option,
+    journal_store,
+    json_option,
+    model_options,
+    read_journal,
+    refuse_overlaps,
+    shell_arg,
+    shown,
+)
+from fsm_agent.errors import InvalidInputError
+from fsm_agent.journal import serde
+from fsm_agent.journal.chain import ChainReport, verify_run
+from fsm_agent.journal.chain import require_keyed as require_keyed_chain
+from fsm_agent.journal.chain_key import key_from_env, read_key_file
+from fsm_agent.journal.runfile import read_run_file, verify_run_file
+from fsm_agent.journal.store import Event
+from fsm_agent.run_ids import names_a_file
+from fsm_agent.runtime.record import DEFAULT_RECORD_PATH, HaltRecord, read_record
+from fsm_agent.runtime.tools import ToolRegistry, load_tools
+
+
+def _read_record(path: str) -> HaltRecord:
+    """A halt record file for `verify --record` (strict: an unknown field is refused)."""
+    try:
+        return read_record(path)
+    except OSError as exc:
+        raise InvalidInputError(f"{path}: cannot read the halt record ({exc.strerror})") from exc
+    except Exception as exc:
+        why = serde.error_path(exc) if not isinstance(exc, ValueError) else str(exc)
+        raise InvalidInputError(f"{path}: not a halt record ({why})") from exc
+
+
+def _verify_reports(
+    source: str | None, all_runs: bool, db: str, key: bytes | None, record_path: str | None
+) -> list[ChainReport]:
+    if source is not None and all_runs:
+        raise InvalidInputError("give a RUN_ID or FILE, or --all, not both")
+    record_file = None
+    if record_path is not None:
+        if all_runs:
+            raise InvalidInputError("--record checks the one run it is of: give it without --all")
+        record = _read_record(record_path)
+        record_file = (record, record_path)
+        source = record.run_id if source is None else source
+    if source is not None and names_a_file(source):
+        run_file = read_run_file(source, checked=False)
+        _same_run(record_file, run_file.run.run_id, source)
+        return [verify_run_file(run_file, key=key, record_file=record_file)]
+    if source is None and not all_runs:
+        raise InvalidInputError("give a RUN_ID, a run FILE, or --all (or --record FILE)")
+    with read_journal(db) as store:
+        ids = store.run_ids() if source is None else [source]
+        _same_run(record_file, ids[0] if ids else "", source or "")
+        return [verify_run(store, run_id, key=key, record_file=record_file) for run_id in ids]
+
+
+def _same_run(record_file: tuple[HaltRecord, str] | None, run_id: str, source: str) -> None:
+    if record_file is not None and record_file[0].run_id != run_id:
+        record, path = record_file
+        raise InvalidInputError(f"{path} is the record of run {record.run_id}, not of {source}")
+
+
+def _echo_report(r: ChainReport) -> None:
+    if r.ok:
+        click.echo(f"ok        {r.run_id}  {r.events} events  head {r.head_hash}  {r.mode}")
+    elif not r.findings:
+        click.echo(f"UNCHECKED {r.run_id}  {r.events} events  keyed: key not given, chain not"
+                   " checked")  # fmt: skip
+    else:
+        click.echo(f"TAMPERED  {r.run_id}  {r.events} events  {r.mode}")
+        for f in r.findings:
+            click.echo(f"  {f.line()}")
+    for note in r.notes:
+        click.echo(f"  note: {note}")
+
+
+@cli.command()
+@click.argument("source", required=False)
+@click.option("--all", "all_runs", is_flag=True, help="Verify every run in the journal.")
+@click.option(
+    "--record",
+    "record_path",
+    type=click.Path(dir_okay=False),
+    help="Check this halt record file against its run's sealed record (the run is the"
+    " record's own unless RUN_ID or FILE is given).",
+)
+@click.option(
+    "--key-file",
+    type=click.Path(dir_okay=False),
+    help="Check keyed chains with the key in this file (default: $FSM_AGENT_CHAIN_KEY, or"
+    " the file $FSM_AGENT_CHAIN_KEY_FILE names).",
+)
+@click.option("--require-keyed", is_flag=True, help="Fail every run whose chain is not keyed.")
+@db_option
+@json_option
+@cli_errors
+def verify(
+    source: str | None,
+    all_runs: bool,
+    record_path: str | None,
+    key_file: str | None,
+    require_keyed: bool,
+    db: str,
+    as_json: bool,
+) -> None:
+    """Check the hash chain of a run (RUN_ID or an exported FILE), or of --all runs: its
+    events, its row, its declaration and its sealed halt record (and --record FILE).
+
+    Reports the first sequence number (and field) of each kind of tampering: edited,
+    deleted, inserted, reordered, truncated, run_edited, unchained, machine_edited,
+    record_edited, summary_edited, record_missing, wrong_key (and not_keyed with
+    --require-keyed). Says which mode each run was chained in (unkeyed or keyed); a keyed
+    run checked without its key is not checked, never ok. Exit 1 if any run is not ok.
+    """
+    key = read_key_file(key_file) if key_file else key_from_env()
+    reports = _verify_reports(source, all_runs, db, key, record_path)
+    if require_keyed:
+        reports = [require_keyed_chain(r) for r in reports]
+    if as_json:
+        click.echo(json.dumps([serde.unstructure(r) | {"ok": r.ok} for r in reports], indent=2))
+    else:
+        for r in reports:
+            _echo_report(r)
+        bad = sum(bool(r.findings) for r in reports)
+        unchecked = sum(not r.findings and not r.checked for r in reports)
+        click.echo(
+            f"{len(reports) - bad - unchecked} of {len(reports)} runs verify"
+            + (f"; {bad} do not" if bad else "")
+            + (f"; {unchecked} not checked (keyed, key not given)" if unchecked else "")
+        )
+    if any(not r.ok for r in reports):
+        raise click.exceptions.Exit(1)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--why", required=True, help="Why (journaled with the act).")
+@click.option("--who", help="Who pauses it (default: the login name).")
+@db_option
+@cli_errors
+def pause(run_id: str, why: str, who: str | None, db: str) -> None:
+    """Pause a live run: before its next model call it journals the pause and its process
+    ends; the run waits, with its frozen budgets, for `fsm-agent resume RUN_ID`."""
+    from fsm_agent.cli.review import signed_control
+
+    with journal_store(db, must_exist=True) as store:
+        run = store.get_run(run_id)
+        if run.status != "running":
+            job = store.job(run_id)
+            queued = job is not None and job.status == "queued"
+            hint = f" (it waits in the run queue: `fsm-agent dequeue {run_id}` takes it out)"
+            raise InvalidInputError(
+                f"run {run_id} is {run.status}; only a running run pauses"
+                + (hint if queued else "")
+            )
+        number = store.add_control(signed_control(run_id, "pause", {}, who, why))
+    click.echo(
+        f"pause of {run_id} queued (#{number}); the run stops before its next model call."
+        f" Continue it with: fsm-agent resume {run_id} --db {shell_arg(db)} --model …"
+    )
+
+
+@cli.command()
+@click.argument("run_id")
+@model_options
+@click.option("--tools", "tools_module", help="Module exposing TOOLS = ToolRegistry(...).")
+@db_option
+@click.option(
+    "--trace-copy",
+    type=OutputPath(),
+    help="Ship a run file of the whole run here before it may halt (as for `run`).",
+)
+@click.option(
+    "--record",
+    "record_path",
+    type=OutputPath(),
+    default=DEFAULT_RECORD_PATH,
+    show_default=True,
+    help="Where the halt record JSON is written (never over the journal, a directory or a device).",
+)
+@json_option
+@click.option("--quiet", "-q", is_flag=True, help="No live step lines on stderr.")
+@cli_errors
+def resume(
+    run_id: str,
+    model: ModelAdapter,
+    tools_module: str | None,
+    db: str,
+    trace_copy: str | None,
+    record_path: str,
+    as_json: bool,
+    quiet: bool,
+    secret_env: tuple[str, ...],
+) -> None:
+    """Continue an interrupted or paused run from its last committed transition, with the
+    same frozen budgets. A tool call with no journaled receipt is re-issued only if the tool
+    is idempotent; otherwise the run ends in handoff (side_effect_unknown).
+
+    Exit codes as for `run`; 75 if it is paused again.
+    """
+    from fsm_agent.runtime.worker import resume_run
+
+    refuse_overlaps(db, {"--record": record_path, "--trace-copy": trace_copy})
+    tools = load_tools(tools_module) if tools_module else ToolRegistry()
+    with journal_store(db, must_exist=True) as store:
+        live = progress_line(quiet)
+
+        def on_transition(event: Event) -> None:
+            # Said once the run is this process's (a refused resume says only `Error: …`).
+            if event.kind == "resumed" and not as_json:
+                click.echo(f"run {run_id} resumed from {event.dest} (journal {shown(db)})")
+            live(event)
+
+        record = paused_or(
+            lambda: resume_run(
+                run_id,
+                model=model,
+                tools=tools,
+                store=store,
+                record_path=record_path,
+                on_transition=on_transition,
+                trace_copy=trace_copy,
+                secret_env=secret_env,
+            )
+        )
+    finish(record, record_path, as_json)
+
+
+@cli.command()
+@db_option
+@cli_errors
+def migrate(db: str) -> None:
+    """Bring the journal's schema up to date (or create it): the one write that commands
+    that only read (runs, show, replay, export, report, stats, verify, queue) leave to you.
+    Every command that writes does it too; a foreign database is refused, never touched."""
+    with journal_store(db):
+        pass
+    click.echo(f"journal {shown(db)} is up to date")

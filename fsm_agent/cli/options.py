@@ -1,0 +1,291 @@
+"""The options and the error boundary every `fsm-agent` command shares.
+
+Library errors become `Error: …` and an exit code in `cli_errors` and only there; `--db`,
+`--json`, the budget flags and the model flags are declared once here and handed to the
+commands as values (`db`, `as_json`, `budgets`, `model`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from fsm_agent.adapters.loading import load_model
+from fsm_agent.adapters.models import ModelAdapter
+from fsm_agent.encoding import harden_streams
+from fsm_agent.errors import FsmAgentError, InvalidInputError
+from fsm_agent.halt import EXIT_INTERNAL_ERROR, EXIT_INVALID_INPUT
+from fsm_agent.journal.store import Store
+from fsm_agent.redaction import env_secrets
+from fsm_agent.runtime.worker import DEFAULT_DB
+
+if TYPE_CHECKING:
+    from fsm_agent.adapters.openai import Endpoint
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class InputProblem(click.ClickException):
+    """Invalid input, shown as `Error: …`; exit 2."""
+
+    exit_code = EXIT_INVALID_INPUT
+
+
+class InternalProblem(click.ClickException):
+    """An internal or journal error, shown as `Error: …`; exit 70."""
+
+    exit_code = EXIT_INTERNAL_ERROR
+
+
+def cli_errors(fn: F) -> F:
+    """Turn library errors into `Error: …` lines with the documented exit codes."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        harden_streams()  # any text a run holds can be printed (see fsm_agent.encoding)
+        try:
+            return fn(*args, **kwargs)
+        except InvalidInputError as exc:
+            raise InputProblem(str(exc)) from exc
+        except FsmAgentError as exc:
+            raise InternalProblem(str(exc)) from exc
+        except (click.ClickException, click.exceptions.Exit, click.Abort, BrokenPipeError):
+            raise
+        except Exception as exc:
+            if os.environ.get("FSM_AGENT_DEBUG"):
+                raise
+            raise InternalProblem(
+                f"internal error: {type(exc).__name__}: {exc} (set FSM_AGENT_DEBUG=1 for a"
+                " traceback)"
+            ) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+if TYPE_CHECKING:  # generic in the click releases that ship type hints for it
+    _PathType = click.ParamType[str]
+else:
+    _PathType = click.ParamType
+
+
+class OutputPath(_PathType):
+    """An output file (or, with `directory`, directory) option, checked when the command
+    line is read, before anything runs (`fsm_agent.outputs`): a directory, a device, a
+    database, an empty path or a place this process cannot write is `Error: Invalid value
+    for '--record': …`, exit 2."""
+
+    name = "path"
+
+    def __init__(self, *, directory: bool = False) -> None:
+        self.directory = directory
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from fsm_agent.outputs import output_problem
+
+        text = str(os.fspath(value))
+        problem = output_problem(text, directory=self.directory)
+        if problem is not None:
+            self.fail(f"{text!r} {problem}", param, ctx)
+        return text
+
+
+def refuse_overlaps(
+    db: str | None,
+    outputs: dict[str, str | None],
+    inputs: dict[str, str | None] | None = None,
+) -> None:
+    """Before anything runs: no output is the journal (`--db`), an input file read by the
+    command, or another output (`Error: --record: …`, exit 2)."""
+    from fsm_agent.outputs import check_distinct, is_regular_file
+
+    files = {what: p for what, p in (inputs or {}).items() if p is not None and is_regular_file(p)}
+    check_distinct(outputs, journal=db, inputs=files)
+
+
+def shown(db: str) -> str:
+    """A `--db` value as messages print it: a DSN without its password."""
+    from fsm_agent.stores.dsn import redact_dsn
+
+    return redact_dsn(db)
+
+
+def shell_arg(db: str) -> str:
+    """A `--db` value as a command line to paste shows it: redacted, quoted for the shell."""
+    import shlex
+
+    return shlex.quote(shown(db))
+
+
+def db_option(fn: F) -> F:
+    return click.option(
+        "--db",
+        "db",
+        default=DEFAULT_DB,
+        show_default=True,
+        envvar="FSM_AGENT_DB",
+        help="Journal: a SQLite file, or a postgresql:// DSN. Env: FSM_AGENT_DB.",
+    )(fn)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(fn)
+
+
+_BUDGET_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("--max-steps", "max_steps", int, "Cap on model calls (retries included)."),
+    ("--wall-clock-ms", "wall_clock_ms", int, "Cap on the run's real time."),
+    ("--max-cost", "max_cost", float, "Cap on dollars reported by the adapters."),
+    ("--tool-timeout-ms", "tool_timeout_ms", int, "Cap on one tool call's time."),
+    ("--max-retries", "max_retries", int, "Retries allowed after failures."),
+)
+
+
+def budget_options(fn: F) -> F:
+    """The five budget flags, handed to the command as one `budgets` dict (None = unset)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["budgets"] = {name: kwargs.pop(name) for _, name, _, _ in _BUDGET_FLAGS}
+        return fn(*args, **kwargs)
+
+    decorated: Any = wrapper
+    for flag, name, kind, text in reversed(_BUDGET_FLAGS):
+        decorated = click.option(flag, name, type=kind, help=text)(decorated)
+    return decorated  # type: ignore[no-any-return]
+
+
+@contextmanager
+def journal_store(db: str, *, must_exist: bool = False, read_only: bool = False) -> Iterator[Store]:
+    """The journal `--db` names, closed afterwards: a SQLite file (`must_exist`: refuse a
+    file that is not there rather than create it) or a PostgreSQL DSN (a server's journal is
+    created on first use; a server that cannot be reached is a `JournalError`).
+    `read_only`: for a command that only reads — the journal is never created, migrated or
+    written."""
+    # The backend (sqlite-utils, psycopg) is imported only by commands that use a journal.
+    from fsm_agent.stores import open_store
+    from fsm_agent.stores.dsn import is_dsn
+
+    if (must_exist or read_only) and not is_dsn(db) and not Path(db).exists():
+        raise InvalidInputError(f"no journal at {db} (run something first, or pass --db PATH)")
+    store = open_store(db, read_only=read_only)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def read_journal(db: str) -> contextlib.AbstractContextManager[Store]:
+    """The journal of a command that only reads (`runs`, `show`, `replay`, `export`,
+    `report`, `stats`, `verify`, `queue`): it must exist, and is never migrated or
+    written."""
+    return journal_store(db, must_exist=True, read_only=True)
+
+
+def _endpoint(model_spec: str, options: dict[str, Any]) -> Endpoint | None:
+    """The HTTP endpoint of an `openai:MODEL` model from the run's options (None otherwise)."""
+    given = [f"--{name.replace('_', '-')}" for name, value in options.items() if value is not None]
+    if not model_spec.startswith("openai:"):
+        if given:
+            raise InvalidInputError(f"{', '.join(given)}: only for an openai:MODEL model")
+        return None
+    if options["base_url"] is None:
+        raise InvalidInputError(f"{model_spec}: --base-url is required (the server's …/v1 URL)")
+    from fsm_agent.adapters.openai import Endpoint
+
+    return Endpoint(
+        base_url=options["base_url"],
+        api_key_env=options["api_key_env"],
+        tier=options["lane_tier"] or "free",
+        price_in=options["price_in"],
+        price_out=options["price_out"],
+        worst_case_cost=options["worst_case_cost"],
+    )
+
+
+_MODEL_OPTIONS = (
+    click.option(
+        "--model",
+        "model_spec",
+        required=True,
+        help="scripted:PATH (JSON list of replies), python:module:callable, or openai:MODEL"
+        " (an OpenAI-compatible server; see --base-url).",
+    ),
+    click.option(
+        "--base-url",
+        help="openai: the server's base URL (e.g. http://127.0.0.1:8080/v1); the adapter POSTs"
+        " to BASE_URL/chat/completions.",
+    ),
+    click.option(
+        "--api-key-env",
+        metavar="NAME",
+        help="openai: the NAME of the environment variable that holds the API key (never the key"
+        " itself).",
+    ),
+    click.option(
+        "--lane-tier",
+        type=click.Choice(["free", "paid", "local"]),
+        help="openai: the model lane's tier (kind http).  [default: free]",
+    ),
+    click.option("--price-in", type=float, help="openai: dollars per million input tokens."),
+    click.option("--price-out", type=float, help="openai: dollars per million output tokens."),
+    click.option(
+        "--worst-case-cost",
+        type=float,
+        help="openai: dollars counted for a call whose usage is unknown (required with prices).",
+    ),
+    click.option(
+        "--secret-env",
+        "secret_env",
+        metavar="NAME",
+        multiple=True,
+        help="The NAME of an environment variable whose value is a secret: redacted as"
+        " [redacted:NAME] from the task, every reply and tool result before anything is"
+        " journaled (the --api-key-env key always is). Repeatable.",
+    ),
+)
+
+
+_ENDPOINT_OPTIONS = ("base_url", "api_key_env", "lane_tier", "price_in", "price_out",
+                     "worst_case_cost")  # fmt: skip
+
+
+def _with_model(fn: F, build: Callable[[str, Endpoint | None], Any]) -> F:
+    """`--model` and the endpoint options, handed to the command as
+    `model=build(spec, endpoint)`, and `--secret-env` as `secret_env` (names, checked)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        spec = kwargs.pop("model_spec")
+        endpoint = _endpoint(spec, {name: kwargs.pop(name) for name in _ENDPOINT_OPTIONS})
+        env_secrets(kwargs["secret_env"])  # unset or too short: `Error: …`, exit 2, now
+        kwargs["model"] = build(spec, endpoint)
+        return fn(*args, **kwargs)
+
+    decorated: Any = cli_errors(wrapper)  # a bad model spec is `Error: …`, exit 2
+    for option in reversed(_MODEL_OPTIONS):
+        decorated = option(decorated)
+    return decorated  # type: ignore[no-any-return]
+
+
+def model_options(fn: F) -> F:
+    """The model options, handed to the command as one loaded `model` adapter."""
+    return _with_model(fn, lambda spec, endpoint: load_model(spec, endpoint=endpoint))
+
+
+def model_factory_options(fn: F) -> F:
+    """The model options, handed to the command as a `model` factory: a queue worker builds
+    one adapter per job (adapters may keep state). The spec is loaded once now, so a bad one
+    is `Error: …` (exit 2) before any lease is taken."""
+
+    def factory(spec: str, endpoint: Endpoint | None) -> Callable[[], ModelAdapter]:
+        load_model(spec, endpoint=endpoint)
+        return functools.partial(load_model, spec, endpoint=endpoint)
+
+    return _with_model(fn, factory)

@@ -1,0 +1,365 @@
+"""Incident-review commands: replay, run files (export, import), stats and diagrams.
+
+Registered on the `fsm-agent` group by `fsm_agent.cli.main`; a thin layer like the rest of it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from fsm_agent.cli.group import cli
+from fsm_agent.cli.options import (
+    OutputPath,
+    budget_options,
+    cli_errors,
+    db_option,
+    journal_store,
+    json_option,
+    read_journal,
+    refuse_overlaps,
+    shown,
+)
+from fsm_agent.declaration.load import load_machine, parse_machine
+from fsm_agent.errors import InvalidInputError
+from fsm_agent.journal import serde
+from fsm_agent.journal.chain import ChainReport, verify_run
+from fsm_agent.journal.store import Control, ControlKind, Event, RunRow
+from fsm_agent.review.diagram import (
+    FORMATS,
+    DiagramFormat,
+    GraphvizMissing,
+    export_diagram,
+    run_path,
+)
+from fsm_agent.review.replay import ReplayReport, replay_events, with_chain
+from fsm_agent.review.view import format_step
+from fsm_agent.run_ids import names_a_file
+from fsm_agent.runtime.record import atomic_write_text
+
+
+def _load(source: str, db: str) -> tuple[RunRow, list[Event]]:
+    """SOURCE is a run file (`export`'s output) or a run id in the journal at `db`."""
+    run, events, _ = _load_checked(source, db)
+    return run, events
+
+
+def _load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainReport]:
+    """`_load`, with the verdict on the run's hash chain (a run file whose chain does not
+    verify is refused when it is read, naming the seq)."""
+    if names_a_file(source):
+        from fsm_agent.journal.runfile import read_run_file, verify_run_file
+
+        run_file = read_run_file(source)
+        return run_file.run, list(run_file.events), verify_run_file(run_file)
+    with read_journal(db) as store:  # one read-only open for the run and its verdict
+        return store.get_run(source), store.events(source), verify_run(store, source)
+
+
+def _exit_code(report: ReplayReport) -> int:
+    """0: the halt is proven (or a counterfactual reached a halt); 1: it diverged or needs
+    facts the journal does not hold."""
+    if report.ok:
+        return 0
+    last = report.steps[-1] if report.steps else None
+    if report.counterfactual and last is not None and last.verdict == "halted_earlier":
+        return 0
+    return 1
+
+
+@cli.command()
+@click.argument("source")
+@db_option
+@json_option
+@click.option(
+    "--step",
+    "step_through",
+    is_flag=True,
+    help="On a terminal, advance one transition per key press (q quits).",
+)
+@click.option("--machine", "machine_ref", help="Counterfactual: replay under another declaration.")
+@budget_options
+@cli_errors
+def replay(
+    source: str,
+    db: str,
+    as_json: bool,
+    step_through: bool,
+    machine_ref: str | None,
+    budgets: dict[str, int | float | None],
+) -> None:
+    """Prove a run's halt from the journal alone: re-decide every transition with the
+    current code and compare. SOURCE is a run id or a run file from `export`.
+
+    With budget flags or --machine it is a counterfactual: where would the run have halted?
+    Exit code: 0 proven (or a counterfactual halt found), 1 diverged or needs unrecorded facts.
+    """
+    run, events, chain = _load_checked(source, db)
+    machine = load_machine(machine_ref) if machine_ref else None
+    report = with_chain(replay_events(run, events, machine=machine, budgets=budgets), chain)
+    interactive = step_through and sys.stdin.isatty() and sys.stdout.isatty() and not as_json
+    if not as_json:
+        kind = "counterfactual replay" if report.counterfactual else "replay"
+        click.echo(f"{kind} of run {run.run_id} ({run.machine}, {len(events)} events)")
+    for step in report.steps:
+        if as_json:
+            click.echo(json.dumps(serde.unstructure(step)))
+            continue
+        click.echo(format_step(step))
+        if interactive:
+            click.echo("-- any key: next, q: quit --", nl=False)
+            key = click.getchar()
+            click.echo("")
+            if key in ("q", "Q"):
+                break
+    if as_json:
+        summary = {"summary": report.summary, "ok": report.ok,
+                   "recorded_halt": report.recorded_halt,
+                   "recomputed_halt": report.recomputed_halt,
+                   "counterfactual": report.counterfactual}  # fmt: skip
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(report.summary)
+    code = _exit_code(report)
+    if code:
+        sys.exit(code)
+
+
+@cli.command("export")
+@click.argument("run_id")
+@click.option("-o", "--output", required=True, type=OutputPath(), help="Run file to write.")
+@db_option
+@cli_errors
+def export_(run_id: str, output: str, db: str) -> None:
+    """Write one run (row, events, halt record, machine declaration and its hash) to a
+    self-contained JSON file, atomically: how traces leave the box for a review."""
+    from fsm_agent.journal.runfile import export_run, write_run_file
+
+    refuse_overlaps(db, {"--output": output})
+    with read_journal(db) as store:
+        run_file = export_run(store, run_id)
+        chain = verify_run(store, run_id)
+    write_run_file(run_file, output)
+    click.echo(f"exported run {run_id} ({len(run_file.events)} events) to {output}")
+    if not chain.checked and not chain.findings:  # a keyed run, exported without its key
+        click.echo(f"note: {chain.verdict()}; the file keeps the chain as stored", err=True)
+    elif not chain.ok:  # the file keeps the chain as stored: `verify FILE` says the same
+        click.echo(f"Error: {chain.verdict()}", err=True)
+        raise click.exceptions.Exit(1)
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@db_option
+@cli_errors
+def import_(file: str, db: str) -> None:
+    """Load a run file into the journal; a run id already there is refused, never
+    overwritten."""
+    from fsm_agent.journal.runfile import import_run, read_run_file
+
+    run_file = read_run_file(file)
+    with journal_store(db) as store:
+        import_run(store, run_file, source=file)
+    click.echo(
+        f"imported run {run_file.run.run_id} ({len(run_file.events)} events) into {shown(db)}"
+    )
+
+
+@cli.command()
+@db_option
+@click.option("--machine", help="Only runs of this machine.")
+@click.option("--since", help="Only runs started at or after this ISO date or timestamp (UTC).")
+@json_option
+@cli_errors
+def stats(db: str, machine: str | None, since: str | None, as_json: bool) -> None:
+    """Count halt reasons per machine, with steps used/max, duration and cost percentiles."""
+    from fsm_agent.review.stats import format_stats, halt_stats
+
+    with read_journal(db) as store:
+        result = halt_stats(store, machine=machine, since=since)
+    if as_json:
+        click.echo(json.dumps(serde.unstructure(result), indent=2))
+    else:
+        click.echo(format_stats(result), nl=False)
+
+
+@cli.command()
+@click.argument("machine")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="mermaid",
+    show_default=True,
+    help="mermaid renders in code review; svg is drawn by graphviz-pure (installed with"
+    " fsm-agent).",
+)
+@click.option("-o", "--output", type=OutputPath(), help="File (default: stdout).")
+@click.option("--run", "run_source", help="Highlight the path of this run id or run file.")
+@db_option
+@cli_errors
+def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: str | None,
+            db: str) -> None:  # fmt: skip
+    """Export MACHINE (a declared name or a .yaml path) as a diagram; with --run, the path
+    the run took is highlighted and its halt state marked with the halt reason."""
+    if output is not None:
+        refuse_overlaps(db, {"--output": output}, {"MACHINE": machine, "--run": run_source})
+    spec = load_machine(machine)
+    path = None
+    if run_source is not None:
+        run, events = _load(run_source, db)
+        if run.machine != spec.name:
+            raise InvalidInputError(
+                f"run {run.run_id} ran machine {run.machine!r}, not {spec.name!r}"
+            )
+        if run.machine_sha256 != spec.sha256:
+            # Draw what actually ran: the declaration recorded with the run.
+            spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
+        path = run_path(spec, run.run_id, events)
+    try:
+        text = export_diagram(spec, fmt, path)
+    except GraphvizMissing as exc:
+        raise InvalidInputError(f"{exc}; or use --format mermaid or dot") from exc
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        atomic_write_text(output, text, private=False)  # made for review: the umask's mode
+        click.echo(f"wrote {fmt} diagram of {spec.name} to {output}")
+
+
+@cli.command("report")
+@click.argument("source")
+@click.option("-o", "--output", required=True, type=OutputPath(), help="HTML file to write.")
+@db_option
+@cli_errors
+def report_(source: str, output: str, db: str) -> None:
+    """Write one self-contained HTML incident report for a run (id or run file): the halt
+    record, the machine with the run's path, the replay verdict and every transition."""
+    from fsm_agent.review.report import incident_report, write_report
+
+    refuse_overlaps(db, {"--output": output}, {"SOURCE": source})
+    run, events, chain = _load_checked(source, db)
+    try:
+        page = incident_report(run, events, chain)
+    except GraphvizMissing as exc:
+        raise InvalidInputError(f"the report draws the run's path as SVG: {exc}") from exc
+    write_report(page, output)
+    click.echo(f"wrote incident report of run {run.run_id} to {output}")
+
+
+@cli.command()
+@click.argument("machine")
+@click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False),
+    help="Halt policy file (default: the one the machine declares, else the shipped"
+    " machines/halt-policy.yml).",
+)
+@click.option("--tools", "tools_module", help="Also check the lanes of this tools module.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@cli_errors
+def lint(machine: str, policy_path: str | None, tools_module: str | None, fmt: str) -> None:
+    """Check a declaration and a halt policy for the halt path's red flags before deploy; print
+    findings like a linter (`file:line: CODE …`); exit 1 on any finding."""
+    from fsm_agent.declaration.lint import format_findings, lint_paths
+    from fsm_agent.declaration.policy import default_policy_path
+    from fsm_agent.runtime.tools import load_tools
+
+    tools = load_tools(tools_module) if tools_module else None
+    policy = policy_path or load_machine(machine).policy_path() or default_policy_path()
+    findings = lint_paths(machine, policy, tools=tools)
+    click.echo(format_findings(findings, "json" if fmt == "json" else "text"), nl=False)
+    if fmt == "text" and not findings:
+        click.echo(f"ok: {machine}: no findings")
+    if findings:
+        sys.exit(1)
+
+
+@cli.command("raise-budget")
+@click.argument("run_id")
+@budget_options
+@click.option("--why", required=True, help="Why the cap is raised (journaled with the act).")
+@click.option("--who", help="Who raises it (default: the login name).")
+@db_option
+@cli_errors
+def raise_budget(
+    run_id: str, budgets: dict[str, int | float | None], why: str, who: str | None, db: str
+) -> None:
+    """Raise a live run's caps. Only a person can: the run applies it before its next model
+    call and journals who, why and the old and new values; replay shows the act."""
+    from fsm_agent.runtime.budgets import check_budget
+
+    asked = {name: value for name, value in budgets.items() if value is not None}
+    if not asked:
+        raise InvalidInputError("say which cap to raise (--max-steps N, --wall-clock-ms N, …)")
+    with journal_store(db, must_exist=True) as store:
+        run = store.get_run(run_id)
+        if run.status != "running":
+            raise InvalidInputError(
+                f"run {run_id} has halted ({run.halt_reason}); only a live run's caps can be raised"
+            )
+        current = store.last_event(run_id).snapshot.budgets
+        for name, value in asked.items():
+            if check_budget(name, value) <= getattr(current, name):
+                raise InvalidInputError(
+                    f"{name} {value} does not raise the current {getattr(current, name)}"
+                )
+        number = store.add_control(signed_control(run_id, "raise_budget", asked, who, why))
+    changes = ", ".join(f"{n} {getattr(current, n)} -> {v}" for n, v in asked.items())
+    click.echo(f"queued raise-budget #{number} for run {run_id}: {changes}; the run applies it"
+               " before its next model call and journals it")  # fmt: skip
+
+
+def signed_control(
+    run_id: str | None, kind: ControlKind, payload: dict[str, Any], who: str | None, why: str
+) -> Control:
+    """An operator's act, signed: who (the login name by default), why (required), when."""
+    who, at = signature(who, why)
+    return Control(id=0, run_id=run_id, kind=kind, payload=payload, who=who, why=why, at=at)
+
+
+def signature(who: str | None, why: str) -> tuple[str, str]:
+    """Who acts (the login name by default) and when; refuses an act without a why."""
+    import getpass
+
+    from fsm_agent.runtime.journaling import now_iso
+
+    if not why.strip():
+        raise InvalidInputError("--why must say why")
+    return who or getpass.getuser(), now_iso()
+
+
+def _routing(kind: ControlKind, why: str, who: str | None, db: str) -> None:
+    control = signed_control(None, kind, {}, who, why)
+    with journal_store(db) as store:
+        number = store.add_control(control)
+    verb = "frozen" if kind == "freeze_routing" else "unfrozen"
+    click.echo(f"routing {verb} (#{number}); running workers read it before their next model"
+               " call, and the act is journaled in each run that sees it")  # fmt: skip
+
+
+@cli.command("freeze-routing")
+@click.option("--why", required=True, help="Why (journaled with the act).")
+@click.option("--who", help="Who freezes it (default: the login name).")
+@db_option
+@cli_errors
+def freeze_routing(why: str, who: str | None, db: str) -> None:
+    """Stop every run on this journal from calling a model that is not on a local lane; a
+    run that would must hand off (routing_frozen). No deploy needed."""
+    _routing("freeze_routing", why, who, db)
+
+
+@cli.command("unfreeze-routing")
+@click.option("--why", required=True, help="Why (journaled with the act).")
+@click.option("--who", help="Who unfreezes it (default: the login name).")
+@db_option
+@cli_errors
+def unfreeze_routing(why: str, who: str | None, db: str) -> None:
+    """Lift a routing freeze."""
+    _routing("unfreeze_routing", why, who, db)

@@ -1,0 +1,411 @@
+"""Lint a machine declaration and its halt policy for seed 000's red flags and exit criteria.
+
+One stable code per seed item: `HP001`-`HP010` for the ten red flags, `HX001`-`HX008` for the
+eight exit criteria. `RULES` holds the codes that can be decided statically, from the
+declaration, the policy and (optionally) the tool registry's lanes and privileged flags.
+`COVERAGE` says, for every one of the eighteen items, which rule catches it or which runtime
+refusal or test makes it impossible. Findings carry the file, the line and the key path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Final, Literal
+
+import attrs
+
+from fsm_agent.declaration.load import load_machine
+from fsm_agent.declaration.policy import Policy, PolicyError, load_policy, policy_problems
+from fsm_agent.declaration.spec import MachineSpec, TransitionSpec
+from fsm_agent.errors import InvalidInputError
+from fsm_agent.halt import DONE
+
+if TYPE_CHECKING:
+    from fsm_agent.declaration.yamlsource import LineIndex
+    from fsm_agent.runtime.tools import ToolRegistry
+
+#: Built-in guards that decide from receipts (a 2xx status and a resource id).
+RECEIPT_GUARDS: Final = frozenset(
+    {"receipts_complete", "goal_satisfied", "answer_grounded", "evidence_complete"}
+)
+#: Triggers the runtime fires on a failure (a refused reply, a failed or timed-out call).
+FAILURE_TRIGGERS: Final = frozenset(
+    {"rejected", "tool_failed", "tool_timed_out", "failed", "timed_out"}
+)
+
+#: code -> the seed item, in seed 000's words.
+SEED_ITEMS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "HP001": "red flag 1: The drafting model also returns a done flag",
+        "HP002": "red flag 2: A missing router config defaults onto a free lane",
+        "HP003": "red flag 3: Halt logic lives inside a prompt, not code",
+        "HP004": "red flag 4: Retry budget is a suggestion inside generated JSON",
+        "HP005": "red flag 5: Schema repair runs on the same free tool host",
+        "HP006": "red flag 6: Success is inferred from tone, not from receipts",
+        "HP007": "red flag 7: The free server stores the only trace copy",
+        "HP008": "red flag 8: Operators cannot freeze routing without a full deploy",
+        "HP009": "red flag 9: Loop continuation depends on a best-effort endpoint",
+        "HP010": "red flag 10: Privileged tools execute before a local halt check",
+        "HX001": "exit criterion 1: Halt JSON is parsed from a model response",
+        "HX002": "exit criterion 2: A missing env var routes control onto free compute",
+        "HX003": "exit criterion 3: Production traces exist only on a free server",
+        "HX004": "exit criterion 4: Operators cannot explain halt without reading model prose",
+        "HX005": "exit criterion 5: A privileged tool can run before localHalt returns",
+        "HX006": "exit criterion 6: Retry budget decrements inside generated text only",
+        "HX007": "exit criterion 7: CI lacks a test that refuses free-tier halt lanes",
+        "HX008": "exit criterion 8: Incident review cannot replay halt from stored receipts",
+    }
+)
+
+_TRACES = (
+    "impossible at runtime: the journal is a SQLite file on the worker's host or a PostgreSQL"
+    " server the team runs (--db), never a free server; `fsm-agent export` ships a"
+    " self-contained copy off the box and --trace-copy ships one before the loop may exit. No"
+    " declaration or policy names a trace store, and a policy key that tried to (`traces:`)"
+    " is an unknown key and fails closed (tests/test_policy.py)"
+)
+_HOW: Final[Mapping[str, str]] = {
+    "HP001": "lint HP001: an edge from a model state into done with no receipt guard. Runtime:"
+    " parse_reply records `done` as ignored and no guard reads it (test_proposals,"
+    " test_worker::test_done_flag_alone_never_ends_a_run_as_success)",
+    "HP002": "lint HP002: routing.missing_target not fail_closed, or a policy file with a"
+    " missing key, an unknown key or an unknown value. Runtime: load_policy has no defaults and"
+    " raises PolicyError naming the key path; policy_refusal fails closed on a key with no target",
+    "HP003": "lint HP003: an edge into done decided by a user guard with no receipt guard beside"
+    " it, or control_plane.halt not local_only. Runtime: guards are Python predicates resolved"
+    " at load time (no eval, no prompt); the worker refuses a halt lane that is not a local"
+    " function before the first step (HALT_PATH_REFUSED)",
+    "HP004": "lint HP004: a retry edge not guarded by retries_left, or control_plane.retry_budget"
+    " not local_only. Runtime: max_retries is frozen at start, the worker counts each retry edge"
+    " taken, and the parser refuses unknown reply keys (a model cannot send a budget)",
+    "HP005": "lint HP005: control_plane.schema_repair_vote not local_only. Runtime: the worker"
+    " refuses a non-local lane for every control key, schema_repair_vote included, before the"
+    " first step; a rejected reply is retried only on a declared, guarded edge, else schema_fail",
+    "HP006": "lint HP006: an edge into done from a tool, receipts or user-action state with no"
+    " receipt guard. Runtime: every edge that halts completed carries side_effects_receipted"
+    " (the loader adds it to every declaration), so no side-effecting call without complete"
+    " receipts — a 2xx integer status and a non-empty id; a 206 with an empty id is not one —"
+    " lets a run end done; answer_grounded needs the values an answer states to have been"
+    " returned by receipted calls (a cited receipt id grounds nothing)",
+    "HP007": _TRACES,
+    "HP008": "impossible at runtime, not decidable statically (it is an operator's act):"
+    " `fsm-agent freeze-routing` writes a flag to the store; every run reads it before each"
+    " model call, journals it, and while frozen refuses a model that is not on a local lane"
+    " (routing_frozen). No deploy (tests/test_operator.py)",
+    "HP009": "lint HP009 (needs the tool registry): a privileged tool on a free lane or a free"
+    " server. Runtime: continuation is decided by local guards only, a free halt lane is"
+    " refused, and every call runs under its time cap and the wall clock",
+    "HP010": "lint HP010: an edge into a tool state not preceded by the `not privileged_cleared`"
+    " check while a privileged tool may be called (without a registry, any tool may be)."
+    " Runtime: the tool action runs assert_local_halt before a privileged tool"
+    " (test_guards::test_privileged_tool_refused_on_free_lane_ends_as_halt_path_refused)",
+    "HX001": "impossible at runtime: parse_reply turns a reply into exactly one tool call, answer,"
+    " handoff request or rejection; `done` is recorded as ignored, any other key is schema_fail;"
+    " only guards choose a halt (static companion: HP001)",
+    "HX002": "impossible at runtime: no environment variable is read for lanes or routing"
+    " (FSM_AGENT_DB names the journal, FSM_AGENT_DEBUG prints tracebacks); the control plane"
+    " comes from the policy file, which has no defaults, and the worker's own defaults are"
+    " local (static companion: HP002)",
+    "HX003": _TRACES,
+    "HX004": "impossible at runtime: the loader requires every edge into a terminal state to"
+    " name a reason from the frozen HaltReason enum; each transition is journaled with its guard"
+    " results and snapshot; `fsm-agent show` and `replay` explain a halt without model prose",
+    "HX005": "lint HX005: routing.privileged_tools_require not local_halt, or no policy at all"
+    " while a privileged tool may be called. Runtime: as red flag 10",
+    "HX006": "lint HX006: an edge that goes on after a failure (rejected, tool_failed,"
+    " tool_timed_out, failed, timed_out) into a non-terminal state without `retry: true`, so the"
+    " retry meter never decrements in code. Runtime: only the worker counts retries",
+    "HX007": "test: tests/test_lanes_receipts.py (test_refuses_halt_when_the_lane_is_free,"
+    " test_refuses_halt_when_the_host_is_a_free_server, every control key off a local lane) and"
+    " tests/test_policy.py; CI (.ci/run) runs them on every change",
+    "HX008": "impossible at runtime: every transition is journaled with the snapshot it was"
+    " decided on, receipts included; `fsm-agent replay` re-evaluates every guard from the"
+    " journal alone and proves the halt reason (tests/test_replay.py)",
+}
+#: Every seed 000 red flag and exit criterion -> the rule that catches it, or what makes it
+#: impossible at runtime, or the test that keeps it out.
+COVERAGE: Final[dict[str, str]] = {code: f"{SEED_ITEMS[code]} → {_HOW[code]}" for code in _HOW}
+#: Codes with a static rule; every other code in `COVERAGE` is a runtime refusal or a test.
+_STATIC: Final = (
+    "HP001", "HP002", "HP003", "HP004", "HP005", "HP006", "HP009", "HP010", "HX005", "HX006",
+)  # fmt: skip
+RULES: Final[Mapping[str, str]] = MappingProxyType({code: SEED_ITEMS[code] for code in _STATIC})
+#: Which rule owns a policy value that is not allowed (any other policy problem is HP002).
+_POLICY_CODES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "$.control_plane.halt": "HP003",
+        "$.control_plane.retry_budget": "HP004",
+        "$.control_plane.schema_repair_vote": "HP005",
+        "$.routing.privileged_tools_require": "HX005",
+    }
+)
+
+
+@attrs.frozen
+class Finding:
+    """One lint finding: a rule code, what is wrong, and where (file, line, key path)."""
+
+    code: str
+    message: str
+    source: str
+    line: int | None
+    key: str
+    title: str
+
+    def __str__(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        return f"{where}: {self.code} {self.message} @ {self.key} ({self.title})"
+
+
+def _finding(code: str, message: str, source: str, line: int | None, key: str) -> Finding:
+    return Finding(code, message, source, line, key, RULES[code])
+
+
+@attrs.frozen
+class _Context:
+    spec: MachineSpec
+    policy: Policy | None
+    tools: ToolRegistry | None
+    lines: LineIndex
+    policy_reported: bool
+
+    def at(self, code: str, message: str, key: str) -> Finding:
+        probe = key
+        while probe not in self.lines.lines and ("." in probe or "[" in probe):
+            probe = probe[: max(probe.rfind("."), probe.rfind("["))]
+        return _finding(code, message, self.spec.source, self.lines.lines.get(probe), key)
+
+    def tool_states(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.spec.states if s.action == "tool")
+
+    def privileged(self) -> tuple[str, ...] | None:
+        """Allow-listed privileged tools, or None when there is no registry to tell."""
+        if self.tools is None:
+            return None
+        allowed = set(self.tools.names() if self.spec.tools is None else self.spec.tools)
+        return tuple(t.name for t in self.tools if t.privileged and t.name in allowed)
+
+    def who(self) -> str:
+        found = self.privileged()
+        if found is None:
+            return "any tool (no tool registry given, so every tool counts as privileged)"
+        return f"privileged tool {', '.join(map(repr, found))}"
+
+    def privileged_possible(self) -> bool:
+        found = self.privileged()
+        return bool(self.tool_states()) and (found is None or bool(found))
+
+
+def _guard_parts(ref: str) -> tuple[bool, str]:
+    """(positive?, guard name) of a guard reference, `not` prefixes folded."""
+    ref, positive = ref.strip(), True
+    while ref.startswith("not "):
+        ref, positive = ref[4:].strip(), not positive
+    return positive, ref
+
+
+def _receipt_guarded(t: TransitionSpec) -> bool:
+    return any(pos and name in RECEIPT_GUARDS for pos, name in map(_guard_parts, t.guards))
+
+
+def _user_guards(t: TransitionSpec) -> list[str]:
+    return [name for _, name in map(_guard_parts, t.guards) if ":" in name]
+
+
+def _edge(t: TransitionSpec) -> str:
+    return f"{t.trigger!r} {t.source} → {t.dest}"
+
+
+def _done_without_receipts(ctx: _Context) -> Iterator[Finding]:
+    """HP001, HP003, HP006: an edge into `done` with no receipt guard, by what decides it."""
+    for t in ctx.spec.transitions:
+        if t.dest != DONE or _receipt_guarded(t):
+            continue
+        key, users = f"$.transitions[{t.index}]", _user_guards(t)
+        action = ctx.spec.state(t.source).action
+        if users:
+            yield ctx.at(
+                "HP003",
+                f"halt decided by {', '.join(users)}: {_edge(t)} has no receipt guard, and a"
+                " user guard may read model prose; add a receipt guard beside it",
+                f"{key}.guards",
+            )
+        elif action == "model":
+            yield ctx.at(
+                "HP001",
+                f"success decided by the model's reply: {_edge(t)} has no receipt guard"
+                f" (add one of {', '.join(sorted(RECEIPT_GUARDS))})",
+                key,
+            )
+        else:
+            yield ctx.at(
+                "HP006",
+                f"success without receipts: {_edge(t)} (action {action}) is guarded by"
+                f" {', '.join(t.guards) or 'nothing'}; guard it with goal_satisfied or"
+                " receipts_complete",
+                key,
+            )
+
+
+def _hp004(ctx: _Context) -> Iterator[Finding]:
+    """A retry edge that the retry budget never stops."""
+    for t in ctx.spec.transitions:
+        if t.retry and (True, "retries_left") not in map(_guard_parts, t.guards):
+            yield ctx.at(
+                "HP004",
+                f"retry budget not enforced: {_edge(t)} is a retry without the retries_left"
+                " guard, so max_retries never stops it",
+                f"$.transitions[{t.index}].retry",
+            )
+
+
+def _hx006(ctx: _Context) -> Iterator[Finding]:
+    """The loop goes on after a failure without counting a retry."""
+    for t in ctx.spec.transitions:
+        dest = ctx.spec.state(t.dest)
+        if t.trigger in FAILURE_TRIGGERS and not dest.terminal and not t.retry:
+            yield ctx.at(
+                "HX006",
+                f"a retry that never counts: {_edge(t)} goes on after a failure without"
+                " `retry: true`, so the retry budget does not decrement in code",
+                f"$.transitions[{t.index}]",
+            )
+
+
+def _tool_key(ctx: _Context, name: str) -> str:
+    if ctx.spec.tools is not None and name in ctx.spec.tools:
+        return f"$.tools[{ctx.spec.tools.index(name)}]"
+    states = ctx.tool_states()
+    return f"$.states.{states[0]}" if states else "$"
+
+
+def _hp009(ctx: _Context) -> Iterator[Finding]:
+    """A privileged (commit-path) tool runs on a free lane or a free server."""
+    if ctx.tools is None or not ctx.tool_states():
+        return
+    for name in ctx.privileged() or ():
+        tool = ctx.tools.get(name)
+        if tool is not None and (tool.lane.tier == "free" or tool.lane.kind == "free_server"):
+            yield ctx.at(
+                "HP009",
+                f"privileged tool {name!r} runs on lane {tool.lane}: a commit would depend on a"
+                " best-effort endpoint (scratch servers stay off the commit path)",
+                _tool_key(ctx, name),
+            )
+
+
+def _cleared_before(ctx: _Context, t: TransitionSpec) -> bool:
+    """`t` is guarded by privileged_cleared, or an earlier candidate refuses `not` it."""
+    if (True, "privileged_cleared") in map(_guard_parts, t.guards):
+        return True
+    return any(
+        c.index < t.index
+        and [_guard_parts(g) for g in c.guards] == [(False, "privileged_cleared")]
+        and c.dest not in ctx.tool_states()
+        for c in ctx.spec.candidates(t.source, t.trigger)
+    )
+
+
+def _hp010(ctx: _Context) -> Iterator[Finding]:
+    """A tool state can be entered before the local halt check has cleared the tool."""
+    if not ctx.privileged_possible():
+        return
+    for t in ctx.spec.transitions:
+        if t.dest in ctx.tool_states() and not _cleared_before(ctx, t):
+            yield ctx.at(
+                "HP010",
+                f"{ctx.who()} may run before the local halt check: {_edge(t)} is not preceded"
+                " by a `not privileged_cleared` edge that leaves the tool path",
+                f"$.transitions[{t.index}]",
+            )
+
+
+def _hx005(ctx: _Context) -> Iterator[Finding]:
+    """No policy at all, while a privileged tool may be called."""
+    if ctx.policy is not None or ctx.policy_reported or not ctx.privileged_possible():
+        return
+    who = ctx.privileged()
+    yield ctx.at(
+        "HX005",
+        f"no halt policy while {ctx.who()} may be called: nothing declares"
+        " routing.privileged_tools_require: local_halt (pass one, e.g. machines/halt-policy.yml)",
+        _tool_key(ctx, who[0] if who else ""),
+    )
+
+
+def _policy_values(ctx: _Context) -> Iterator[Finding]:
+    """Every policy value outside the schema, under the rule that owns its key."""
+    if ctx.policy is None:
+        return
+    for key, message in policy_problems(ctx.policy):
+        code = _POLICY_CODES.get(key, "HP002")
+        yield _finding(code, message, ctx.policy.source, ctx.policy.line_of(key), key)
+
+
+_CHECKS: Final[tuple[Callable[[_Context], Iterable[Finding]], ...]] = (
+    _done_without_receipts, _hp004, _hp009, _hp010, _hx005, _hx006, _policy_values,
+)  # fmt: skip
+
+
+def _sorted(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (f.source, f.line or 0, f.code, f.key))
+
+
+def _lint(
+    spec: MachineSpec,
+    policy: Policy | None,
+    tools: ToolRegistry | None,
+    *,
+    policy_reported: bool,
+) -> list[Finding]:
+    from fsm_agent.declaration.yamlsource import LineIndex  # YAML only when linting
+
+    ctx = _Context(spec, policy, tools, LineIndex(spec.text, spec.source), policy_reported)
+    return _sorted(f for check in _CHECKS for f in check(ctx))
+
+
+def lint(
+    spec: MachineSpec, policy: Policy | None, *, tools: ToolRegistry | None = None
+) -> list[Finding]:
+    """Every finding for a loaded declaration, a policy (None: none given) and optionally the
+    tool registry (its lanes and privileged flags). Empty means clean. Pure."""
+    return _lint(spec, policy, tools, policy_reported=False)
+
+
+def policy_finding(exc: PolicyError) -> Finding:
+    """A policy file that failed to load, as a finding under the rule that owns the key."""
+    code = _POLICY_CODES.get(exc.key, "HP002") if exc.kind == "bad_value" else "HP002"
+    return _finding(code, exc.detail, exc.source, exc.line, exc.key)
+
+
+def lint_paths(
+    machine: str,
+    policy: str | os.PathLike[str] | None = None,
+    *,
+    tools: ToolRegistry | None = None,
+) -> list[Finding]:
+    """Lint a machine (name or path) and a policy file. A policy file that fails to load is a
+    finding (it fails closed at run time); an invalid machine raises `MachineSpecError`."""
+    spec = load_machine(machine)
+    if policy is None:
+        return lint(spec, None, tools=tools)
+    try:
+        loaded = load_policy(policy)
+    except PolicyError as exc:
+        return _sorted([policy_finding(exc), *_lint(spec, None, tools, policy_reported=True)])
+    return lint(spec, loaded, tools=tools)
+
+
+def format_findings(findings: Iterable[Finding], fmt: Literal["text", "json"] = "text") -> str:
+    """Findings as linter lines (`file:line: CODE message @ key (title)`) or a JSON array."""
+    items = list(findings)
+    if fmt == "text":
+        return "".join(f"{f}\n" for f in items)
+    if fmt == "json":
+        from fsm_agent.journal import serde  # cattrs only when JSON is asked for
+
+        return json.dumps(serde.unstructure(items), indent=2, ensure_ascii=False) + "\n"
+    raise InvalidInputError(f"unknown format {fmt!r} (use text or json)")

@@ -1,0 +1,87 @@
+"""Machine declarations: load a YAML machine, validate it, fail with the file, line and key.
+
+A declaration names its states (each with the action the worker performs there, or none
+for terminal states), its transitions (trigger, source, dest, guards by name, and for
+transitions into a terminal state the halt reason), its default budgets and optionally a
+tool allow-list. Everything is checked at load time (`fsm_agent.declaration.check`); nothing is
+resolved lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+from fsm_agent.halt import HaltReason
+
+if TYPE_CHECKING:
+    pass
+
+#: Built-in actions and the outcomes (triggers) each one can produce.
+ACTION_OUTCOMES: Mapping[str, tuple[str, ...]] = {
+    "model": ("tool_call", "answer", "handoff", "rejected"),
+    "tool": ("tool_returned", "tool_failed", "tool_timed_out"),
+    "receipts": ("collected",),
+}
+#: Trigger the worker fires, from every non-terminal state, when a meter trips.
+BUDGET_TRIGGER = "budget"
+
+
+@attrs.frozen
+class StateSpec:
+    """One declared state: the action performed there (None for a terminal state)."""
+
+    name: str
+    action: str | None
+    terminal: bool
+
+
+@attrs.frozen
+class TransitionSpec:
+    """One declared transition. Candidates for a trigger are tried in declaration order."""
+
+    index: int
+    trigger: str
+    source: str
+    dest: str
+    guards: tuple[str, ...] = ()
+    halt: HaltReason | None = None
+    retry: bool = False
+    implicit: bool = False
+
+
+@attrs.frozen
+class MachineSpec:
+    """A validated machine declaration."""
+
+    name: str
+    source: str
+    text: str
+    sha256: str
+    description: str
+    initial: str
+    states: tuple[StateSpec, ...]
+    transitions: tuple[TransitionSpec, ...]
+    budgets: Mapping[str, int | float]
+    thrash_limit: int
+    tools: tuple[str, ...] | None
+    #: the halt policy file the declaration names, as written (relative to the file)
+    policy: str | None = None
+
+    def policy_path(self) -> Path | None:
+        """The declared policy file, resolved next to the declaration (None if none)."""
+        if self.policy is None:
+            return None
+        return Path(self.source).parent / self.policy
+
+    def state(self, name: str) -> StateSpec:
+        for s in self.states:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def candidates(self, source: str, trigger: str) -> tuple[TransitionSpec, ...]:
+        return tuple(t for t in self.transitions if t.source == source and t.trigger == trigger)

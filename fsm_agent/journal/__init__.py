@@ -1,0 +1,1 @@
+"""The journal: what every store records, its hash chain, its JSON columns and run files."""

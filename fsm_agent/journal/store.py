@@ -1,0 +1,298 @@
+"""The journal: what every store records, and the protocol every store implements.
+
+The journal is append-only and keyed by (run id, sequence number). Each event holds the
+snapshot a decision was made on, the result of every guard evaluated, and the raw facts of
+the action that led to it (model reply, tool outcome) — enough to replay the run without
+the model, the tools or a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import attrs
+
+from fsm_agent.runtime.budgets import Budgets
+
+if TYPE_CHECKING:
+    from fsm_agent.journal.chain import ChainLink
+from fsm_agent.halt import HaltReason
+from fsm_agent.runtime.record import HaltRecord
+from fsm_agent.runtime.snapshot import Snapshot, ToolOutcome
+
+SCHEMA_VERSION = 1
+#: started opens a run; transition is one state change; operator is a person's act on a
+#: live run (a raised budget, a pause), journaled where it took effect; resumed marks where
+#: a new process took an interrupted or paused run over.
+EventKind = Literal["started", "transition", "operator", "resumed"]
+#: paused: a person paused the run; its process ended and the run waits for `resume`.
+RunStatus = Literal["running", "paused", "halted"]
+
+
+@attrs.frozen
+class GuardResult:
+    """One guard evaluated for one candidate transition (by index in the declaration)."""
+
+    transition: int
+    guard: str
+    result: bool
+
+
+@attrs.frozen
+class Facts:
+    """What the action performed in the source state produced, before any decision."""
+
+    action: str
+    reply: Any = None
+    reply_cost: float = 0.0
+    tool: ToolOutcome | None = None
+    error: str | None = None
+    #: the reply as the local schema-repair voter rewrote it (what the proposal came from)
+    repaired: Any = None
+
+
+@attrs.frozen
+class Event:
+    """One journal entry. `started` opens a run; each `transition` is one state change.
+
+    `guards` are the results that chose this transition; `check` the budget guard evaluated
+    on entering `dest` (a tripped check is followed by a `budget` transition).
+    """
+
+    run_id: str
+    seq: int
+    kind: EventKind
+    at_ms: int
+    wall_time: str
+    source: str | None
+    dest: str
+    trigger: str | None
+    snapshot: Snapshot
+    guards: tuple[GuardResult, ...] = ()
+    check: tuple[GuardResult, ...] = ()
+    facts: Facts | None = None
+    halt: HaltReason | None = None
+    retry: bool = False
+    note: str | None = None
+    #: the id of the operator control an `operator` event applied
+    control: int | None = None
+
+
+@attrs.frozen
+class RunRow:
+    """One row per run: what ran, under which frozen budgets, and how it ended."""
+
+    run_id: str
+    machine: str
+    machine_sha256: str
+    machine_text: str
+    task: str
+    budgets: Budgets
+    state: str
+    status: RunStatus
+    started_at: str
+    steps_used: int = 0
+    halt_reason: HaltReason | None = None
+    ended_at: str | None = None
+    record: HaltRecord | None = None
+    pid: int | None = None
+    #: the host of the process that owns the run while it is live (with `pid`)
+    host: str | None = None
+    #: how the run's hash chain is made (`fsm_agent.journal.chain_hash`): None for a run journaled
+    #: before halt records were sealed, `sha256` (unkeyed) or `hmac-sha256:<key id>` (keyed)
+    chain: str | None = None
+    #: the halt record's seal onto the run's head (`chain_hash.record_link`), written with it
+    record_hash: str | None = None
+
+
+ControlKind = Literal["raise_budget", "freeze_routing", "unfreeze_routing", "pause"]
+
+
+@attrs.frozen
+class Control:
+    """An operator's instruction, waiting in the store until a run reads it: for one live run
+    (raise_budget, pause), or for every run (freeze_routing / unfreeze_routing, `run_id` None)."""
+
+    id: int
+    run_id: str | None
+    kind: ControlKind
+    payload: dict[str, Any]
+    who: str
+    why: str
+    at: str
+
+
+JobStatus = Literal["queued", "leased", "done", "cancelled"]
+
+
+@attrs.frozen
+class Job:
+    """A run waiting in the store's queue (`fsm-agent submit`) for a worker to lease it.
+
+    The declaration's text and the budgets are frozen at submit time; the run's id is the
+    job's. A lease (`owner`, `lease_until` in epoch seconds of the store's clock) is renewed
+    by its worker's heartbeat; an expired lease makes the job leasable again, and the next
+    worker continues the run under the resume rules.
+    """
+
+    run_id: str
+    machine: str
+    machine_text: str
+    task: str
+    budgets: Budgets
+    submitted_at: str
+    status: JobStatus = "queued"
+    owner: str | None = None
+    lease_until: float | None = None
+    attempts: int = 0
+    #: why a person took it out of the queue (`fsm-agent dequeue`): who, when, why
+    note: str | None = None
+
+
+@attrs.frozen
+class RunSummary:
+    """The few columns of one run that statistics need, read without decoding its events.
+
+    `steps_used` is final once the run has halted; `cost` is the halt record's
+    `meters.cost` (None while the run has no record).
+    """
+
+    run_id: str
+    machine: str
+    status: RunStatus
+    halt_reason: HaltReason | None
+    steps_used: int
+    max_steps: int
+    started_at: str
+    ended_at: str | None
+    cost: float | None
+
+
+class Store(Protocol):
+    """A journal backend. Every write commits before it returns, or raises `JournalError`."""
+
+    #: the key new runs are chained with, and keyed runs checked with (None: unkeyed)
+    chain_key: bytes | None
+
+    @property
+    def location(self) -> str: ...
+
+    def start_run(self, run: RunRow, first: Event) -> str:
+        """Write a new run's row and first event; return the run's head hash."""
+        ...
+
+    def append(self, event: Event) -> str:
+        """Chain one event onto its run's head (the event at seq - 1, which no other event
+        follows yet); return the new head hash. Refused (`JournalError`, nothing written)
+        when the head is not the one this store last wrote or read: two writers never fork
+        a run's chain."""
+        ...
+
+    def append_many(self, events: Sequence[Event]) -> str:
+        """Chain several events of one run onto its head, in order, each its own row with
+        its own hash chained on the one before, in ONE transaction with `append`'s check on
+        the first: all are written or none. Returns the new head hash."""
+        ...
+
+    def finish_run(self, record: HaltRecord) -> None: ...
+
+    def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
+        """Set a live run's status and owner (a pause, a resume); never a halted run's."""
+        ...
+
+    def claim_run(
+        self,
+        run_id: str,
+        *,
+        was: tuple[RunStatus, int | None, str | None],
+        head: str,
+        pid: int,
+        host: str,
+    ) -> bool:
+        """Make (`pid`, `host`) the owner of a `running` run, only if its row still shows
+        `was` (status, pid, host) and its head hash is still `head`: one atomic
+        compare-and-set, so of the processes that read the same row and head, one wins.
+        False (nothing written) when the row or its head changed meanwhile."""
+        ...
+
+    def get_run(self, run_id: str) -> RunRow: ...
+
+    def list_runs(self, limit: int = 20) -> list[RunRow]: ...
+
+    def events(self, run_id: str) -> list[Event]: ...
+
+    def last_event(self, run_id: str) -> Event:
+        """The run's newest event (one row read, however long the run)."""
+        ...
+
+    def add_control(self, control: Control) -> int: ...
+
+    def controls(self, run_id: str, after: int = 0) -> list[Control]: ...
+
+    def control_version(self) -> object | None:
+        """A value that differs from the last one read whenever a control may have been
+        added since (None: unknown, and `controls` is read every time)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]:
+        """The run's row, its events as stored with their hashes, and its head hash."""
+        ...
+
+    def run_ids(self) -> list[str]:
+        """Every run id in the journal, oldest first."""
+        ...
+
+    # --- the run queue ---------------------------------------------------------------------
+
+    def enqueue(self, job: Job) -> None:
+        """Add a queued job; refuse (`JournalError`) a run id already queued or journaled."""
+        ...
+
+    def lease_job(self, owner: str, lease_s: float) -> Job | None:
+        """Atomically take the oldest job that is queued or whose lease has expired: it
+        becomes `leased` by `owner` until now + `lease_s`, its `attempts` counted. None when
+        there is none. Two callers never get the same job while its lease holds."""
+        ...
+
+    def renew_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
+        """Extend `owner`'s lease on a job to now + `lease_s`; False if `owner` no longer
+        holds it (it expired and another worker leased it, or it was released)."""
+        ...
+
+    def release_job(self, run_id: str, owner: str, status: Literal["queued", "done"]) -> bool:
+        """Give a leased job back (`queued`: another worker may continue it) or mark it
+        `done`; False if `owner` no longer holds it."""
+        ...
+
+    def dequeue_job(self, run_id: str, note: str) -> JobStatus | None:
+        """Take a job out of the queue by a person's hand, if it is queued or its lease has
+        expired: `cancelled` when its run never started, `done` when it did (the run waits
+        for `fsm-agent resume`). None when the job is not there, is leased, or is done."""
+        ...
+
+    def jobs(self, status: JobStatus | None = None, limit: int | None = None) -> list[Job]:
+        """The queue, oldest first, optionally of one status, at most `limit` jobs."""
+        ...
+
+    def job_counts(self) -> dict[JobStatus, int]:
+        """How many jobs the queue holds of each status (statuses with none are left out)."""
+        ...
+
+    def job(self, run_id: str) -> Job | None:
+        """The queue's job for `run_id`, or None if the run was never queued."""
+        ...
+
+    def import_run(self, run: RunRow, events: Sequence[Event], record: HaltRecord | None) -> None:
+        """Write a whole run exported from another journal in one transaction; refuse
+        (`JournalError`) a run id this journal already holds."""
+        ...
+
+    def run_summaries(
+        self, machine: str | None = None, since: str | None = None
+    ) -> list[RunSummary]:
+        """One `RunSummary` per run, optionally of one machine and started at or after
+        `since` (an ISO timestamp in UTC, compared as text), ordered by machine then start."""
+        ...

@@ -1,0 +1,1 @@
+"""Reviewing a run: replay, the terminal views, the incident report, diagrams and statistics."""

@@ -1,0 +1,192 @@
+"""Replay: prove a halt from the journal alone — no model, no tools, no network, no clock.
+
+Every decision of a run is re-made with the current code on the snapshot it was journaled
+with: the reply is parsed again, every guard is evaluated again, the budget checks are
+run again, and the recomputed transition, guard results and halt reason are compared with
+the recorded ones. The first difference is a divergence (as Temporal's replayer flags
+non-determinism): a guard change that would have rewritten history shows up here.
+
+A counterfactual replay does the same under other budgets or another declaration. The
+recorded facts (replies, tool outcomes, clock readings) stay what they were; where the
+alternative history leaves the recorded path, replay says so instead of inventing facts.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from fsm_agent.declaration.load import parse_machine
+from fsm_agent.declaration.machine import compile_machine
+from fsm_agent.declaration.spec import MachineSpec
+from fsm_agent.errors import InvalidInputError
+from fsm_agent.halt import HaltReason
+from fsm_agent.journal.chain import ChainReport
+from fsm_agent.journal.store import Event, RunRow
+from fsm_agent.review.redecide import Replayer, redecide
+from fsm_agent.review.step_report import GuardCheck, StepReport, Verdict
+from fsm_agent.runtime.budgets import make_budgets
+from fsm_agent.runtime.snapshot import SUCCESS_RULES
+
+__all__ = [
+    "GuardCheck",
+    "ReplayReport",
+    "StepReport",
+    "Verdict",
+    "load_run",
+    "replay_events",
+    "with_chain",
+]
+
+
+@attrs.frozen
+class ReplayReport:
+    """The whole replay: every step, and whether the recorded halt is proven."""
+
+    run_id: str
+    machine: str
+    machine_sha256: str
+    counterfactual: bool
+    steps: tuple[StepReport, ...]
+    recorded_halt: HaltReason | None
+    recomputed_halt: HaltReason | None
+    ok: bool
+    summary: str
+    #: the success rules the run was recorded, and so re-decided, under (see SUCCESS_RULES)
+    rules: int = SUCCESS_RULES
+
+
+def replay_events(
+    run: RunRow,
+    events: Sequence[Event],
+    *,
+    machine: MachineSpec | None = None,
+    budgets: Mapping[str, int | float | None] | None = None,
+) -> ReplayReport:
+    """Re-decide every journaled transition of `run` and compare; see the module docstring.
+
+    `machine` (another declaration: its guards, edges, thrash limit and allow-list) or
+    `budgets` (overrides) make it a counterfactual.
+    """
+    spec = machine or parse_machine(run.machine_text, source=f"journal:{run.run_id}")
+    overrides: dict[str, Any] = {}
+    if budgets and any(v is not None for v in budgets.values()):
+        overrides["budgets"] = make_budgets(attrs.asdict(run.budgets), budgets)
+    if machine is not None:
+        overrides["thrash_limit"] = machine.thrash_limit
+        if machine.tools is not None:
+            overrides["allowlist"] = machine.tools
+    recorded = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
+    r = Replayer(compile_machine(spec), overrides, recorded)
+    counterfactual = r.counterfactual or machine is not None
+    steps = _redecide_all(r, events, counterfactual)
+    rules = events[0].snapshot.rules if events else SUCCESS_RULES
+    return _conclude(run, spec, steps, counterfactual, rules)
+
+
+def _redecide_all(r: Replayer, events: Sequence[Event], counterfactual: bool) -> list[StepReport]:
+    """Every event re-decided, up to the first that leaves the recorded path."""
+    steps: list[StepReport] = []
+    # Re-deciding builds many small values that all live until the report: the cyclic GC
+    # only slows that down (as in decoding, `fsm_agent.stores.codec.events`).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for event in events:
+            report = redecide(r, event)
+            if not counterfactual and report.verdict in ("halted_earlier", "needs_facts"):
+                report = attrs.evolve(report, verdict="diverged")  # as recorded, any change is one
+            steps.append(report)
+            if report.verdict in ("diverged", "halted_earlier", "needs_facts"):
+                break
+    finally:
+        if enabled:
+            gc.enable()
+    return steps
+
+
+def _conclude(
+    run: RunRow, spec: MachineSpec, steps: list[StepReport], counterfactual: bool, rules: int
+) -> ReplayReport:
+    last = steps[-1] if steps else None
+    recorded = run.halt_reason
+    recomputed = last.recomputed_halt if last is not None else None
+    ok = (
+        last is not None
+        and last.verdict in ("match", "external")
+        and recorded is not None
+        and recomputed == recorded
+    )
+    summary = _summary(run, last, len(steps), ok)
+    if rules < SUCCESS_RULES:
+        summary += (
+            f" under success rules {rules}, the rules it was recorded with (before side"
+            " effects needed receipts and answers value-level grounding): not re-judged"
+        )
+    return ReplayReport(
+        run_id=run.run_id, machine=spec.name, machine_sha256=spec.sha256,
+        counterfactual=counterfactual, steps=tuple(steps), recorded_halt=recorded,
+        recomputed_halt=recomputed, ok=ok, summary=summary, rules=rules,
+    )  # fmt: skip
+
+
+def _summary(run: RunRow, last: StepReport | None, n: int, ok: bool) -> str:
+    if last is None:
+        return "the journal holds no events for this run"
+    where = f"seq {last.seq} (step {last.step}/{last.max_steps}, {last.source} → {last.dest})"
+    if ok:
+        return f"replay matches: {n} transitions re-decided, halt {run.halt_reason} proven"
+    if last.verdict == "halted_earlier":
+        return f"would have halted {last.recomputed_halt} at {where}: {last.detail}"
+    if last.verdict == "diverged":
+        return f"diverges at {where}: {last.detail}"
+    if last.verdict == "needs_facts":
+        return (
+            f"needs facts the journal does not hold, at {where}: {last.detail}; the run"
+            f" would go on past the recorded halt, and step {last.step + 1}'s model reply"
+            " was never recorded"
+        )
+    if run.halt_reason is None:
+        return f"every recorded decision matches, but the run never halted (status {run.status})"
+    return f"every decision matches, but the recorded halt {run.halt_reason} was not reached"
+
+
+def with_chain(report: ReplayReport, chain: ChainReport | None) -> ReplayReport:
+    """The replay verdict with the hash chain's: decisions can all match on edited facts,
+    so a run whose chain does not verify is never proven."""
+    if chain is None or chain.ok:
+        return report
+    return attrs.evolve(
+        report, ok=False, summary=f"{report.summary}; NOT proven: {chain.verdict()}"
+    )
+
+
+def load_run(path: str | os.PathLike[str], run_id: str | None = None) -> tuple[RunRow, list[Event]]:
+    """A run and its events from a run file (`fsm-agent export`) or, by id, a journal (a
+    SQLite file or a postgresql:// DSN)."""
+    from fsm_agent.stores import open_store
+    from fsm_agent.stores.dsn import is_dsn, redact_dsn
+
+    if not is_dsn(path):
+        location = Path(path)
+        if not location.exists():
+            raise InvalidInputError(f"no such run file or journal: {location}")
+        if location.suffix == ".json":
+            from fsm_agent.journal.runfile import read_run_file
+
+            run_file = read_run_file(location)
+            if run_id is not None and run_id != run_file.run.run_id:
+                raise InvalidInputError(f"{location} holds run {run_file.run.run_id}, not {run_id}")
+            return run_file.run, list(run_file.events)
+    if run_id is None:
+        raise InvalidInputError(f"{redact_dsn(str(path))} is a journal: say which run to replay")
+    store = open_store(path, read_only=True)  # a read: never created, migrated or written
+    try:
+        return store.get_run(run_id), store.events(run_id)
+    finally:
+        store.close()

@@ -1,0 +1,196 @@
+"""The incident report: one self-contained HTML page a reviewer opens offline.
+
+The halt record comes first, then the machine with the run's path highlighted (inline SVG
+from graphviz-pure), the replay verdict (the halt re-proven from the journal), and a timeline
+of every transition. No scripts, fonts, images or links: inline CSS only, and a
+Content-Security-Policy that forbids fetching anything. Every string from the journal is
+escaped — model text is hostile input — and the SVG is checked before it is embedded.
+Output is deterministic: the same journal gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from fsm_agent.declaration.load import parse_machine
+from fsm_agent.declaration.spec import MachineSpec
+from fsm_agent.journal.chain import ChainReport
+from fsm_agent.journal.store import Event, RunRow
+from fsm_agent.review.diagram import run_path, to_svg
+from fsm_agent.review.replay import ReplayReport, replay_events, with_chain
+from fsm_agent.review.report_html import (
+    CSP,
+    CSS,
+    PT_SIZE,
+    badge,
+    dl,
+    esc,
+    excerpt,
+    json_text,
+    pre,
+    receipts_html,
+    safe_svg,
+)
+from fsm_agent.review.report_timeline import timeline_section
+from fsm_agent.review.view import format_step
+from fsm_agent.runtime.budgets import dollars
+from fsm_agent.runtime.record import HaltRecord, atomic_write_text
+from fsm_agent.runtime.snapshot import SUCCESS_RULES
+
+__all__ = ["incident_report", "safe_svg", "write_report"]
+
+
+def _halt_rows(rec: HaltRecord) -> list[tuple[str, str]]:
+    b, m = rec.budgets, rec.meters
+    rows = [
+        ("halt reason", badge(rec.halt_reason.value, rec.terminal_state == "done", " halt")),
+        ("terminal state", f"<code>{esc(rec.terminal_state)}</code>"),
+        ("steps used / max", f"{rec.steps_used} / {rec.max_steps}"),
+        ("wall clock", f"{m.elapsed_ms} ms of {b.wall_clock_ms} ms"),
+        ("cost", f"{dollars(m.cost)} of {dollars(b.max_cost)}"),
+        ("tool calls", f"{m.tool_calls} (retries {m.retries_used} of {b.max_retries})"),
+        ("answer", pre(rec.answer) or "—"),
+    ]
+    if rec.grounded_by:
+        rows.append(("grounded by", ", ".join(f"<code>{esc(c)}</code>" for c in rec.grounded_by)))
+    if rec.unreceipted:
+        pending = "".join(f"<li>{esc(c)}</li>" for c in rec.unreceipted)
+        rows.append(("without complete receipts", f'<ul class="bad">{pending}</ul>'))
+    if rec.success_rules < SUCCESS_RULES:
+        rows.append(
+            ("success rules", f"{rec.success_rules} (recorded before rules {SUCCESS_RULES})")
+        )
+    rows += [("error", pre(rec.error))] if rec.error is not None else []
+    rows += [("signal", str(rec.signal))] if rec.signal is not None else []
+    rows.append(("started / ended", f"{esc(rec.started_at)} → {esc(rec.ended_at)}"))
+    return rows
+
+
+def _handoff(rec: HaltRecord) -> str:
+    if rec.handoff is None:
+        return ""
+    p = rec.handoff
+    tried = "".join(f"<li>{esc(t)}</li>" for t in p.tried) or "<li>nothing</li>"
+    frozen = pre(json_text(p.frozen_args)) if p.frozen_args is not None else "none"
+    rows = [("why", esc(p.why)), ("tried", f"<ul>{tried}</ul>"), ("frozen args", frozen)]
+    if p.state is not None:
+        rows.append(
+            ("stopped at", f"<code>{esc(p.state)}</code> on <code>{esc(p.trigger or '')}</code>")
+        )
+    if p.guards:
+        rows.append(("by guard", ", ".join(f"<code>{esc(g)}</code>" for g in p.guards)))
+    return "<h3>Handoff packet</h3>" + dl(rows)
+
+
+def _tool_calls(rec: HaltRecord) -> str:
+    """The record's last tool calls, one line each (the timeline has every detail)."""
+    items = "".join(
+        f"<li>step {c.step}: <code>{esc(c.name)}</code>{'' if c.side_effect else ' (read)'}"
+        f" {esc(c.status)}"
+        f"{' (outcome unknown)' if c.outcome_unknown else ''} · {receipts_html(c.receipts)}"
+        f"{pre(excerpt(c.args))}{pre(c.error)}</li>"
+        for c in rec.tool_calls
+    )
+    if rec.tool_calls_omitted:
+        items = f"<li>{rec.tool_calls_omitted} earlier calls omitted</li>{items}"
+    return f"<h3>Tool calls</h3><ul>{items}</ul>" if items else ""
+
+
+def _halt_section(run: RunRow) -> str:
+    rec = run.record
+    if rec is None:
+        note = f"no halt record: the run is {run.status} in state {run.state} (killed or live)"
+        return f'<section id="halt"><h2>Halt record</h2><p>{badge(note, False)}</p></section>'
+    body = dl(_halt_rows(rec)) + _handoff(rec) + _tool_calls(rec)
+    return f'<section id="halt"><h2>Halt record</h2>{body}</section>'
+
+
+def _diagram_section(spec: MachineSpec, run: RunRow, events: Sequence[Event]) -> str:
+    svg = safe_svg(to_svg(spec, run_path(spec, run.run_id, events)))
+    svg = PT_SIZE.sub(r'\1="\2"', svg, count=2)  # reading size: Graphviz's points as pixels (75%)
+    caption = (
+        "Blue: states visited and edges taken (with the steps they were taken at); red: "
+        "the halt state. Grey edges were not taken; dashed edges are the implicit budget halts."
+    )
+    return (
+        f'<section id="diagram"><h2>Machine <code>{esc(spec.name)}</code> and the path taken'
+        '</h2><input type="checkbox" id="zoom"><label for="zoom"> fit to width (an overview;'
+        " by default the diagram is at reading size and scrolls sideways)</label>"
+        f"<figure>{svg}<figcaption>{esc(caption)}</figcaption></figure></section>"
+    )
+
+
+def _verdict(report: ReplayReport) -> tuple[str, bool]:
+    """Proven: replay re-made every decision and reached the recorded halt."""
+    if report.recorded_halt is None:  # a live or killed run: nothing to prove yet
+        return "has no halt to prove", False
+    return ("proven from the journal", True) if report.ok else ("NOT proven", False)
+
+
+def _replay_section(report: ReplayReport) -> str:
+    verdict, proven = _verdict(report)
+    rows = [
+        ("verdict", badge(f"replay: {verdict}", proven)),
+        ("summary", esc(report.summary)),
+        ("recorded halt", esc(report.recorded_halt or "—")),
+        ("recomputed halt", esc(report.recomputed_halt or "—")),
+        ("machine sha256", f"<code>{esc(report.machine_sha256)}</code>"),
+    ]
+    if not proven and report.steps:
+        rows.append(("first difference", pre(format_step(report.steps[-1]))))
+    return f'<section id="replay"><h2>Replay verification</h2>{dl(rows)}</section>'
+
+
+def _chain_badge(chain: ChainReport | None) -> str:
+    if chain is None:  # the caller did not check it (the CLI always does)
+        return badge("chain: not checked", False)
+    if chain.ok:
+        keyed = ", keyed" if chain.mode == "keyed" else ""
+        return badge(f"chain: ok ({chain.events} events{keyed})", True)
+    if not chain.findings:
+        return badge("chain: keyed, not checked (key not given)", False)
+    first = chain.findings[0]
+    return badge(f"chain DOES NOT VERIFY at seq {first.seq} ({first.kind})", False)
+
+
+def _header(run: RunRow, report: ReplayReport, chain: ChainReport | None) -> str:
+    verdict, proven = _verdict(report)
+    reason = run.halt_reason.value if run.halt_reason else f"no halt ({run.status})"
+    return (
+        f"<header><h1>Incident report: run <code>{esc(run.run_id)}</code> — {esc(reason)}</h1>"
+        f'<p class="sub">machine <code>{esc(run.machine)}</code> '
+        f'<span class="muted">sha256 {esc(run.machine_sha256[:12])}</span> · '
+        f"{badge('replay ' + verdict, proven)} · {_chain_badge(chain)}</p>"
+        f'<p class="sub">task: {esc(run.task)}</p></header>'
+    )
+
+
+def incident_report(run: RunRow, events: Sequence[Event], chain: ChainReport | None = None) -> str:
+    """The whole report for one run as one HTML document (see the module docstring).
+
+    Raises `diagram.GraphvizMissing` when no SVG renderer is installed, and `FsmAgentError`
+    when the journaled declaration no longer loads or the renderer's SVG is refused.
+    """
+    spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
+    report = with_chain(replay_events(run, events), chain)
+    diagram = _diagram_section(spec, run, events)
+    reason = run.halt_reason.value if run.halt_reason else run.status
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>fsm-agent incident {esc(run.run_id)}: {esc(reason)}</title>\n"
+        f"<style>{CSS}</style></head>\n<body>\n{_header(run, report, chain)}\n"
+        f"{_halt_section(run)}\n"
+        f"{diagram}\n{_replay_section(report)}\n{timeline_section(spec, events, report)}\n"
+        "<footer class='muted'><p>Written by fsm-agent from the journal alone; "
+        "every string above is journal data shown as text.</p></footer>\n</body></html>\n"
+    )
+
+
+def write_report(html_text: str, path: str | os.PathLike[str]) -> Path:
+    """Write a report atomically at `path` (see `record.atomic_write_text`); made for
+    review, it follows the umask."""
+    return atomic_write_text(path, html_text, private=False)

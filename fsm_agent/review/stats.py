@@ -1,0 +1,227 @@
+"""Statistics over a journal: how runs of each machine halted, and what they used.
+
+Seed 002: "you will count those reasons later". Per machine: how many runs, how many ended
+for each halt reason (and how many are still running), the steps_used/max_steps ratio (seed
+001: if it is always 1.0, the cap is too tight), run duration and cost percentiles.
+
+Backend-neutral: one `Store.run_summaries` read gives a narrow row per run (no event is
+decoded); the counting and the percentiles happen here. `halt_stats` returns frozen values
+that go through the one converter (`serde.unstructure(stats)` is the JSON form) and
+`format_stats` renders them as text tables.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+
+import attrs
+
+from fsm_agent.errors import InvalidInputError
+from fsm_agent.halt import HaltReason
+from fsm_agent.journal.store import RunSummary, Store
+from fsm_agent.runtime.budgets import dollars
+
+_REASON_ORDER = {reason: i for i, reason in enumerate(HaltReason)}
+_MS = datetime.timedelta(milliseconds=1)
+
+
+@attrs.frozen
+class Distribution:
+    """Nearest-rank percentiles of one measure: every value is one a run really had."""
+
+    count: int
+    p50: float
+    p90: float
+    max: float
+
+
+@attrs.frozen
+class MachineStats:
+    """How the runs of one machine (by declared name) halted and what they used.
+
+    `halt_reasons` counts halted runs, most frequent first. The distributions cover halted
+    runs only (None when there is none); `at_step_cap` counts halted runs whose
+    steps_used/max_steps is 1.0, and `at_step_cap_share` is their share of halted runs.
+    """
+
+    machine: str
+    runs: int
+    halted: int
+    running: int
+    halt_reasons: dict[HaltReason, int]
+    steps_ratio: Distribution | None
+    at_step_cap: int
+    at_step_cap_share: float | None
+    duration_ms: Distribution | None
+    cost: Distribution | None
+
+
+@attrs.frozen
+class Stats:
+    """Statistics of one journal, one entry per machine in name order, with the filters."""
+
+    journal: str
+    machines: tuple[MachineStats, ...]
+    machine: str | None = None
+    since: str | None = None
+
+
+# --- computing -------------------------------------------------------------------------------
+
+
+def percentile(ordered: Sequence[float], p: int) -> float:
+    """The nearest-rank `p`th percentile of non-empty, ascending `ordered` (integer math,
+    so p90 of 30 values is the 27th, not the 28th)."""
+    rank = -(-p * len(ordered) // 100)
+    return ordered[max(rank, 1) - 1]
+
+
+def distribution(values: Sequence[float]) -> Distribution | None:
+    """p50, p90 and max of `values`, or None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return Distribution(
+        count=len(ordered),
+        p50=float(percentile(ordered, 50)),
+        p90=float(percentile(ordered, 90)),
+        max=float(ordered[-1]),
+    )
+
+
+def since_key(since: str) -> str:
+    """An ISO date or timestamp as the journal writes `started_at` (UTC, milliseconds), so
+    the two compare as text. A timestamp without a zone is taken as UTC."""
+    try:
+        moment = datetime.datetime.fromisoformat(since)
+    except ValueError as exc:
+        raise InvalidInputError(
+            f"since {since!r}: not an ISO date or timestamp"
+            " (for example 2025-01-31 or 2025-01-31T12:00:00+00:00)"
+        ) from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.astimezone(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def _duration_ms(run: RunSummary) -> int | None:
+    """ended_at - started_at in milliseconds; None without an end or a readable timestamp."""
+    if run.ended_at is None:
+        return None
+    try:
+        started = datetime.datetime.fromisoformat(run.started_at)
+        ended = datetime.datetime.fromisoformat(run.ended_at)
+        return (ended - started) // _MS
+    except (TypeError, ValueError):
+        return None
+
+
+def _reason_counts(halted: Sequence[RunSummary]) -> dict[HaltReason, int]:
+    counts = Counter(r.halt_reason for r in halted if r.halt_reason is not None)
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], _REASON_ORDER[item[0]]))
+    return dict(ranked)
+
+
+def machine_stats(machine: str, runs: Sequence[RunSummary]) -> MachineStats:
+    """The statistics of one machine's runs."""
+    halted = [r for r in runs if r.status == "halted"]
+    at_cap = sum(1 for r in halted if r.steps_used >= r.max_steps)
+    durations = [d for d in map(_duration_ms, halted) if d is not None]
+    return MachineStats(
+        machine=machine,
+        runs=len(runs),
+        halted=len(halted),
+        running=len(runs) - len(halted),
+        halt_reasons=_reason_counts(halted),
+        steps_ratio=distribution([r.steps_used / r.max_steps for r in halted]),
+        at_step_cap=at_cap,
+        at_step_cap_share=at_cap / len(halted) if halted else None,
+        duration_ms=distribution(durations),
+        cost=distribution([r.cost for r in halted if r.cost is not None]),
+    )
+
+
+def halt_stats(store: Store, machine: str | None = None, since: str | None = None) -> Stats:
+    """Statistics of the runs in `store`: of one `machine` if given, started at or after
+    `since` (an ISO date or timestamp) if given."""
+    key = None if since is None else since_key(since)
+    summaries = store.run_summaries(machine=machine, since=key)
+    groups = itertools.groupby(summaries, key=lambda r: r.machine)
+    return Stats(
+        journal=store.location,
+        machines=tuple(machine_stats(name, list(rows)) for name, rows in groups),
+        machine=machine,
+        since=key,
+    )
+
+
+# --- text -------------------------------------------------------------------------------------
+
+
+def _percent(share: float) -> str:
+    return f"{share * 100:.0f}%"
+
+
+_REASON_WIDTH = max(len(r.value) for r in HaltReason)
+
+
+def _reason_lines(m: MachineStats) -> list[str]:
+    w = _REASON_WIDTH
+    lines = [f"  {'HALT REASON':<{w}}  {'RUNS':>5}  {'SHARE':>5}"]
+    for reason, count in m.halt_reasons.items():
+        lines.append(f"  {reason.value:<{w}}  {count:>5}  {_percent(count / m.halted):>5}")
+    if m.running:
+        lines.append(f"  {'(running)':<{w}}  {m.running:>5}")
+    return lines
+
+
+def _measure_lines(m: MachineStats) -> list[str]:
+    measures = (
+        ("steps/max", m.steps_ratio, "{:.2f}".format),
+        ("duration ms", m.duration_ms, "{:.0f}".format),
+        ("cost", m.cost, dollars),
+    )
+    lines = [f"  {'MEASURE':<12}  {'p50':>9}  {'p90':>9}  {'max':>9}  {'RUNS':>5}"]
+    for label, dist, fmt in measures:
+        if dist is None:
+            continue
+        p50, p90, top = (fmt(v) for v in (dist.p50, dist.p90, dist.max))
+        lines.append(f"  {label:<12}  {p50:>9}  {p90:>9}  {top:>9}  {dist.count:>5}")
+    return lines
+
+
+def _cap_lines(m: MachineStats) -> list[str]:
+    if m.at_step_cap_share is None:
+        return []
+    lines = [
+        f"  at the step cap (steps/max = 1.0): {m.at_step_cap} of {m.halted} halted"
+        f" ({_percent(m.at_step_cap_share)})"
+    ]
+    if m.at_step_cap == m.halted:
+        lines.append("  every halted run used its whole step budget: the cap may be too tight")
+    return lines
+
+
+def _machine_block(m: MachineStats) -> list[str]:
+    head = f"{m.machine}: {m.runs} run(s), {m.halted} halted, {m.running} running"
+    if not m.halted:
+        return [head, *_reason_lines(m)]
+    return [head, *_reason_lines(m), *_measure_lines(m), *_cap_lines(m)]
+
+
+def format_stats(stats: Stats) -> str:
+    """The statistics as text: a header, then one block of tables per machine."""
+    filters = "".join(
+        f"  {name}: {value}"
+        for name, value in (("machine", stats.machine), ("since", stats.since))
+        if value is not None
+    )
+    lines = [f"journal: {stats.journal}{filters}"]
+    if not stats.machines:
+        lines.append("no runs")
+    for m in stats.machines:
+        lines.extend(["", *_machine_block(m)])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Running a machine: the worker loop, its actions, guards, budgets, receipts, halts and records."""

@@ -1,0 +1,147 @@
+"""How a run ends: the halting transition journaled, the halt record written atomically on
+every way out (a declared halt, a halt the runtime imposes, a journal that fails), mixed
+into the worker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+from fsm_agent.declaration.spec import MachineSpec, TransitionSpec
+from fsm_agent.halt import HaltReason, terminal_state
+from fsm_agent.journal.store import Facts, GuardResult
+from fsm_agent.runtime.context import RunContext
+from fsm_agent.runtime.journaling import Journaling, now_iso
+from fsm_agent.runtime.record import HaltRecord, write_record
+from fsm_agent.runtime.snapshot import Snapshot
+from fsm_agent.runtime.trace import next_hash, ship_trace
+from fsm_agent.runtime.verdict import build_record, explain
+
+
+class Halting(Journaling):
+    """The worker's way out (mixed into the worker)."""
+
+    ctx: RunContext
+    spec: MachineSpec
+    started_at: str
+    record: HaltRecord | None
+    record_path: Path
+    trace_copy: Path | None
+    journaled: bool
+    #: the declared transition that halted the run (None for a halt the runtime imposed)
+    edge: TransitionSpec | None = None
+
+    def _halt_on(
+        self,
+        transition: TransitionSpec,
+        snapshot: Snapshot,
+        guards: tuple[GuardResult, ...],
+        facts: Facts | None,
+        reason: HaltReason | None,
+        note: str | None = None,
+    ) -> None:
+        assert reason is not None  # noqa: S101 - the loader requires halt on terminal edges
+        self.edge = transition
+        with self.gate.shielded():
+            event = self._event(
+                transition.trigger, transition.dest, snapshot, guards, (), facts, halt=reason,
+                note=note,
+            )  # fmt: skip
+            note, record = None, None
+            if self.trace_copy is not None:
+                self._flush()  # the copy is made from the journal, onto its head
+                assert self.head is not None  # noqa: S101 - halts come after the first event
+                head = next_hash(self.store, self.head, event)
+                record = self._record_for(reason, None, None, head)
+                failure = ship_trace(self.store, event, record, self.trace_copy)
+                if failure is not None and reason is HaltReason.COMPLETED:
+                    self._force(HaltReason.INTERNAL_ERROR, "trace_copy", failure)
+                    return
+                if failure is not None:  # the copy failed: the record says so
+                    note = f"{explain(self.ctx, reason, transition) or reason.value}; {failure}"
+                    record = None
+            self._commit(event)
+            self._finish(reason, note, None, record)
+
+    def _force(
+        self,
+        reason: HaltReason,
+        trigger: str | None,
+        note: str,
+        *,
+        snapshot: Snapshot | None = None,
+        guards: tuple[GuardResult, ...] = (),
+        facts: Facts | None = None,
+        signum: int | None = None,
+    ) -> None:
+        """A halt the runtime imposes (signal, refusal, error): journaled like any other."""
+        with self.gate.shielded():
+            if not self.journaled:  # stopped before the run reached the journal
+                self.record = self._record_for(reason, note, signum)
+                write_record(self.record, self.record_path)
+                return
+            if self.spec.state(self.state).terminal:
+                self._finish(self.record.halt_reason if self.record else reason, note, signum)
+                return
+            self.edge = None  # imposed: no declared edge made this halt
+            snap = snapshot or self.ctx.snapshot(self.state, None, None)
+            try:
+                event = self._event(
+                    trigger, terminal_state(reason), snap, guards, (), facts, halt=reason, note=note
+                )
+                self._commit(event)
+            except Exception as exc:
+                self._write_file_only(
+                    f"{note}; then the journal write failed: {type(exc).__name__}: {exc}",
+                    reason=reason,
+                    signum=signum,
+                )
+                raise
+            self._finish(reason, note, signum)
+
+    def _finish(
+        self,
+        reason: HaltReason,
+        note: str | None,
+        signum: int | None,
+        record: HaltRecord | None = None,
+    ) -> None:
+        self.record = record or self._record_for(reason, note, signum)
+        write_record(self.record, self.record_path)
+        self.store.finish_run(self.record)
+
+    def _write_file_only(
+        self, note: str, *, reason: HaltReason | None = None, signum: int | None = None
+    ) -> str | None:
+        """The journal failed: still leave a record on disk that says so (the journal's
+        failure stays the error; None, or why the record file could not be written)."""
+        with self.gate.shielded():
+            if reason is None:
+                reason = self.record.halt_reason if self.record else HaltReason.JOURNAL_FAILED
+            record = self._record_for(reason, note, signum)
+            if record.error is None:  # a completed run's record says why the journal lacks it
+                record = attrs.evolve(record, error=note)
+            self.record = record
+            try:
+                write_record(record, self.record_path)
+            except OSError as exc:
+                return f"the halt record {self.record_path} could not be written either ({exc})"
+            return None
+
+    def _record_for(
+        self, reason: HaltReason, note: str | None, signum: int | None, head: str | None = None
+    ) -> HaltRecord:
+        return build_record(
+            self.ctx,
+            reason,
+            note,
+            signum,
+            run_id=self.run_id,
+            started_at=self.started_at,
+            ended_at=now_iso(),
+            journal=self.store.location,
+            journal_head=head or self.head,
+            edge=self.edge,
+        )

@@ -1,0 +1,195 @@
+"""What an action produced, made safe to journal and to decide on.
+
+A tool's return value is checked as strictly as the converter checks JSON (a receipt status
+of "200" is not a receipt), a deadline-bound call becomes a `ToolOutcome`, and a receipted
+result contributes what a final answer may be grounded in.
+"""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from fsm_agent.journal import serde
+from fsm_agent.runtime.deadline import CallResult, ChildError, error_text
+from fsm_agent.runtime.proposals import MAX_REPLY_BYTES, MAX_REPLY_CHARS, json_problem
+from fsm_agent.runtime.receipts import Receipt
+from fsm_agent.runtime.snapshot import Receipted, ToolOutcome
+from fsm_agent.runtime.tools import ToolError, ToolResult
+
+#: How a value the journal cannot keep as is starts; the marker is text, so a replay parses
+#: it as prose (`schema_fail`), as the live run rejected the value itself.
+NOT_KEPT = "<not journaled as is: "
+#: The most of such a value the marker keeps, for the person reading the journal.
+PREVIEW_CHARS = 200
+_preview_repr = reprlib.Repr()
+_preview_repr.maxlevel = 3
+_preview_repr.maxstring = _preview_repr.maxother = 80
+
+
+def jsonable(value: Any) -> Any:
+    """A raw value (a model reply, a tool observation) as the journal keeps it.
+
+    Plain, bounded JSON data (what `proposals.json_problem` passes, and any string of at most
+    `MAX_REPLY_CHARS` characters) is kept as is; UTF-8 bytes are kept as their text, so a
+    replay parses what the live run parsed. Anything else (NaN, a Python object, a reply
+    over the size or depth limit, bytes that are not UTF-8) becomes a marker string
+    `<not journaled as is: the value …; preview: …>` of a few hundred characters at most. Never
+    raises."""
+    if isinstance(value, bytes):
+        if len(value) > MAX_REPLY_BYTES:
+            return _not_kept(f"is {len(value)} bytes, over the limit of {MAX_REPLY_BYTES}", value)
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return _not_kept("is bytes that are not UTF-8", value)
+    if isinstance(value, str):
+        if len(value) <= MAX_REPLY_CHARS:
+            return value
+        return _not_kept(f"is {len(value)} characters, over the limit of {MAX_REPLY_CHARS}", value)
+    try:
+        problem = json_problem(value)
+    except Exception as exc:  # a hostile Python value (a raising __len__, __iter__ …)
+        problem = f"cannot be read ({type(exc).__name__})"
+    if problem is None:
+        return value
+    return _not_kept(problem, value)
+
+
+def _not_kept(why: str, value: Any) -> str:
+    if isinstance(value, str | bytes):
+        preview = repr(value[:PREVIEW_CHARS])
+    else:
+        try:
+            preview = _preview_repr.repr(value)
+        except Exception:  # a raising __repr__, an int too long to print …
+            preview = f"a {type(value).__name__}"
+    return f"{NOT_KEPT}the value {why}; preview: {preview[:PREVIEW_CHARS]}>"
+
+
+def check_result(result: ToolResult) -> None:
+    """Type-check a ToolResult built in Python as strictly as the converter checks a dict
+    (attrs does not check types: a receipt status of "200" would pass construction)."""
+
+    def bad(path: str, want: str, got: Any) -> TypeError:
+        return TypeError(f"expected {want}, got {got!r} @ $.{path}")
+
+    if not isinstance(result.receipts, tuple):
+        raise bad("receipts", "a tuple of Receipt", result.receipts)
+    for i, r in enumerate(result.receipts):
+        if not isinstance(r, Receipt):
+            raise bad(f"receipts[{i}]", "a Receipt", r)
+        if isinstance(r.status, bool) or not isinstance(r.status, int):
+            raise bad(f"receipts[{i}].status", "an integer", r.status)
+        for name in ("id", "idempotency_key", "checksum"):
+            value = getattr(r, name)
+            if not isinstance(value, str) and not (value is None and name != "id"):
+                raise bad(f"receipts[{i}].{name}", "a string", value)
+    if result.final is not None and not isinstance(result.final, str):
+        raise bad("final", "a string or null", result.final)
+
+
+def to_result(value: Any) -> ToolResult:
+    """A tool's return value, checked strictly whether it came as a ToolResult or a dict."""
+    if isinstance(value, ToolResult):
+        check_result(value)
+        return value
+    if isinstance(value, dict):
+        return serde.structure(value, ToolResult)
+    raise TypeError(
+        f"a tool returns ToolResult or a dict of its fields, got {type(value).__name__}"
+    )
+
+
+def outcome_from_call(
+    name: str, args: dict[str, Any], call: CallResult, *, side_effect: bool = True
+) -> ToolOutcome:
+    """What a deadline-bound call of a tool (or user action) produced; `side_effect=False`
+    for a tool declared as a read."""
+    outcome = _outcome(name, args, call)
+    return outcome if side_effect else attrs.evolve(outcome, side_effect=False)
+
+
+def _outcome(name: str, args: dict[str, Any], call: CallResult) -> ToolOutcome:
+    ms = call.elapsed_ms
+    if call.status == "timeout":
+        late = call.fate == "late (inline)"
+        return ToolOutcome(
+            name=name,
+            args=args,
+            duration_ms=ms,
+            status="timed_out",
+            outcome_unknown=not late,
+            error=f"finished after {ms} ms, past its deadline (inline: it could not be"
+            " interrupted); its result is refused"
+            if late
+            else f"no result within {ms} ms; {call.fate} at the deadline; its side effect"
+            " is unknown",
+        )
+    if call.status == "error":
+        err = call.error
+        retryable = isinstance(err, ToolError | ChildError) and err.retryable
+        return ToolOutcome(
+            name=name,
+            args=args,
+            duration_ms=ms,
+            status="failed",
+            retryable=retryable,
+            error=error_text(err),
+        )
+    try:
+        result = to_result(call.value)
+    except Exception as exc:
+        return ToolOutcome(
+            name=name,
+            args=args,
+            duration_ms=ms,
+            status="failed",
+            retryable=False,
+            error=f"tool returned a malformed result: {serde.error_path(exc)}",
+        )
+    return ToolOutcome(
+        status="returned",
+        receipts=result.receipts,
+        observation=jsonable(result.observation),
+        final=result.final,
+        cost=result.cost,
+        name=name,
+        args=args,
+        duration_ms=ms,
+    )
+
+
+MAX_GROUNDED = 256
+
+
+def _leaves(value: Any, depth: int = 0) -> Iterator[str]:
+    if depth > 8:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield str(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v, depth + 1)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _leaves(v, depth + 1)
+
+
+def add_receipted(
+    known: tuple[Receipted, ...], step: int, outcome: ToolOutcome
+) -> tuple[Receipted, ...]:
+    """`known` and what one receipted call returned: its final, its observation values (each
+    cut to 4,096 characters), its receipt ids. The run keeps at most MAX_GROUNDED values in
+    all (a long run's snapshot stays bounded; later values are not kept)."""
+    room = MAX_GROUNDED - sum(len(c.values) for c in known)
+    found = [outcome.final] if outcome.final else []
+    found += [v[:4096] for v in _leaves(outcome.observation)]
+    values = tuple(dict.fromkeys(v for v in found if v))[: max(0, room)]
+    ids = tuple(dict.fromkeys(r.id for r in outcome.receipts if r.id))
+    return (*known, Receipted(step=step, name=outcome.name, values=values, ids=ids))

@@ -1,0 +1,205 @@
+"""Tools: plain Python callables behind a small registry, each declaring its lane.
+
+A tools module exposes its registry as `TOOLS`; `fsm-agent run --tools MODULE` binds it. A
+tool returns a `ToolResult` (or a dict of the same shape); receipts are its evidence.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from fsm_agent.declaration.refs import BadReference, import_module
+from fsm_agent.errors import AdapterError
+from fsm_agent.runtime.deadline import Isolation
+from fsm_agent.runtime.interrupts import raised_by_user_code
+from fsm_agent.runtime.lanes import LOCAL, Lane
+from fsm_agent.runtime.receipts import Receipt, finite_cost
+
+
+@attrs.frozen
+class ToolResult:
+    """What a tool reports: receipts (the evidence), what the model sees, and the goal value.
+
+    `final` is the run's answer when this call achieves the goal; it counts only when the
+    receipts are complete.
+    """
+
+    receipts: tuple[Receipt, ...] = ()
+    observation: Any = None
+    final: str | None = None
+    cost: float = attrs.field(default=0.0, validator=finite_cost)
+
+
+class ToolError(Exception):
+    """Raised by a tool to report a failure; `retryable=False` means retrying cannot help.
+
+    Any other exception a tool raises is treated as non-retryable: an unknown failure of a
+    side-effecting tool is not retried blindly.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        self.retryable = retryable
+        super().__init__(message)
+
+
+@attrs.frozen
+class Tool:
+    """One tool. `side_effect=False` declares a read (see the attribute); `privileged` tools
+    run only after the local halt check has cleared them;
+    `isolation="process"` runs each call in a child process that is killed at the deadline;
+    the default, "thread", makes it on the run's driver thread, abandoned at the deadline
+    (`fsm_agent.runtime.driver`); `isolation="inline"` makes it there too, but the deadline does not
+    stop it (a late result is refused): only for tools that cannot block."""
+
+    name: str
+    fn: Callable[..., Any]
+    lane: Lane = LOCAL
+    privileged: bool = False
+    idempotent: bool = False
+    isolation: Isolation = "thread"
+    #: False only for a read: a call that cannot change the world. A run never ends
+    #: `completed` while a side-effecting call lacks complete receipts; the default fails
+    #: closed, so a forgotten declaration never lets an unreceipted write pass as done.
+    side_effect: bool = True
+
+
+def argument_problem(tool: Tool, args: Mapping[str, Any]) -> str | None:
+    """Why the tool cannot take `args` (a required argument missing, one it does not know),
+    or None. Checked before the call: a call the tool's signature refuses is never made, so
+    the model can be asked again without a side effect to worry about. Only the names of
+    the arguments count, so the verdict is kept per tool and set of names."""
+    names = tuple(args)
+    try:
+        return _cached_problem(tool.fn, tool.name, names)
+    except TypeError:  # an unhashable callable: not cached
+        return _problem(tool.fn, tool.name, names)
+
+
+def _problem(fn: Callable[..., Any], name: str, names: tuple[str, ...]) -> str | None:
+    signature = _signature(fn)
+    if signature is None:
+        return None
+    try:
+        signature.bind(**dict.fromkeys(names))
+    except TypeError as exc:
+        return f"{exc} (it takes {name}({_parameters(signature)}))"
+    return None
+
+
+_cached_problem = functools.lru_cache(maxsize=4096)(_problem)
+
+
+def _parameters(signature: inspect.Signature) -> str:
+    """The parameters as a model should read them: names, `*`/`**`, `=…` for a default."""
+    shown = []
+    for p in signature.parameters.values():
+        star = "*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else ""
+        shown.append(f"{star}{p.name}{'' if p.default is p.empty else '=…'}")
+    return ", ".join(shown)
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return _cached_signature(fn)
+    except TypeError:  # an unhashable callable: not cached
+        return _signature_of(fn)
+
+
+def _signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without one: the call decides
+        return None
+
+
+_cached_signature = functools.lru_cache(maxsize=1024)(_signature_of)
+
+
+class ToolRegistry:
+    """The tools a run may call, by name. The allow-list is checked against it."""
+
+    def __init__(self, tools: tuple[Tool, ...] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add(t)
+
+    def add(self, tool: Tool) -> Tool:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} registered twice")
+        self._tools[tool.name] = tool
+        return tool
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        lane: Lane = LOCAL,
+        privileged: bool = False,
+        idempotent: bool = False,
+        isolation: Isolation = "thread",
+        side_effect: bool = True,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: register a function as a tool (named after the function by default)."""
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.add(
+                Tool(
+                    name=name or fn.__name__,
+                    fn=fn,
+                    lane=lane,
+                    privileged=privileged,
+                    idempotent=idempotent,
+                    isolation=isolation,
+                    side_effect=side_effect,
+                )
+            )
+            return fn
+
+        return register
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def load_tools(module_name: str) -> ToolRegistry:
+    """The registry of an importable tools module, for one run.
+
+    A module whose tools keep state exposes `new_tools()`, which returns a fresh registry per
+    run (so state never leaks from one run into the next); otherwise its `TOOLS`.
+    """
+    try:
+        module = import_module(module_name)
+    except BadReference as exc:
+        raise AdapterError(f"tools module: {exc}", spec=module_name) from exc
+    factory = getattr(module, "new_tools", None)
+    try:
+        registry = factory() if callable(factory) else getattr(module, "TOOLS", None)
+    except BaseException as exc:  # even sys.exit: a tools module cannot end the command
+        if not raised_by_user_code(exc):
+            raise
+        raise AdapterError(
+            f"new_tools() raised {type(exc).__name__}: {exc}", spec=module_name
+        ) from exc
+    if not isinstance(registry, ToolRegistry):
+        raise AdapterError(
+            "module has no TOOLS = ToolRegistry(...) (or new_tools() returning one)",
+            spec=module_name,
+        )
+    return registry
