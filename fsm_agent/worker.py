@@ -44,7 +44,7 @@ from fsm_agent.machine import Decision, compile_machine
 from fsm_agent.models import ModelAdapter
 from fsm_agent.operator import OperatorControls, RoutingFrozen
 from fsm_agent.outputs import check_run_outputs
-from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord
+from fsm_agent.record import HaltRecord
 from fsm_agent.redaction import run_secrets
 from fsm_agent.resume import Resumption, claim_run, load_resumable, restore_context
 from fsm_agent.run_ids import check_run_id
@@ -72,7 +72,7 @@ def run(
     tools: ToolRegistry | None = None,
     store: Store | str | os.PathLike[str] = DEFAULT_DB,
     budgets: Mapping[str, int | float | None] | None = None,
-    record_path: str | os.PathLike[str] = DEFAULT_RECORD_PATH,
+    record_path: str | os.PathLike[str] | None = None,
     halt_lane: Lane = LOCAL,
     control: ControlPlane | None = None,
     thrash_limit: int | None = None,
@@ -88,7 +88,9 @@ def run(
     """Run `task` on a declared machine until it halts; return the halt record.
 
     Budgets are the machine's defaults with `budgets` overrides applied, frozen at start.
-    The record is also written to `record_path` and stored in the journal. Raises
+    The record is stored in the journal, and written to `record_path` when one is given (a
+    library call writes no file it was not asked for; the CLI's `--record` defaults to
+    `./halt-contract.json`). Raises
     `InvalidInputError` for bad input before anything runs, and `JournalError` if the
     journal cannot be written (after writing the record file). With `trace_copy`, a run file
     of the whole run is written there before the run may halt; if that fails, a run that
@@ -143,7 +145,7 @@ def run(
             ctx,
             opened,
             rid,
-            Path(record_path),
+            None if record_path is None else Path(record_path),
             on_transition,
             handle_signals,
             None if trace_copy is None else Path(trace_copy),
@@ -169,7 +171,7 @@ def resume_run(
     model: ModelAdapter,
     tools: ToolRegistry | None = None,
     store: Store | str | os.PathLike[str] = DEFAULT_DB,
-    record_path: str | os.PathLike[str] = DEFAULT_RECORD_PATH,
+    record_path: str | os.PathLike[str] | None = None,
     clock: Clock = time.monotonic,
     on_transition: Callable[[Event], None] | None = None,
     handle_signals: bool = True,
@@ -213,7 +215,7 @@ def resume_run(
             ctx,
             opened,
             run_id,
-            Path(record_path),
+            None if record_path is None else Path(record_path),
             on_transition,
             handle_signals,
             None if trace_copy is None else Path(trace_copy),
@@ -234,7 +236,7 @@ class _Worker(Resumption, OperatorControls):
         ctx: RunContext,
         store: Store,
         run_id: str,
-        record_path: Path,
+        record_path: Path | None,
         on_transition: Callable[[Event], None] | None,
         handle_signals: bool,
         trace_copy: Path | None = None,
