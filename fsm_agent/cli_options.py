@@ -28,6 +28,14 @@ from fsm_agent.worker import DEFAULT_DB
 if TYPE_CHECKING:
     from fsm_agent.openai_model import Endpoint
 
+
+def here() -> tuple[Path, ...]:
+    """Where a module named on the command line (`--tools`, `--model python:…`) is looked
+    for after sys.path: the working directory, as an absolute path (a queue worker's
+    threads and a tool's child process look in the same place)."""
+    return (Path.cwd(),)
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -274,7 +282,9 @@ def _with_model(fn: F, build: Callable[[str, Endpoint | None], Any]) -> F:
 
 def model_options(fn: F) -> F:
     """The model options, handed to the command as one loaded `model` adapter."""
-    return _with_model(fn, lambda spec, endpoint: load_model(spec, endpoint=endpoint))
+    return _with_model(
+        fn, lambda spec, endpoint: load_model(spec, endpoint=endpoint, search=here())
+    )
 
 
 def model_factory_options(fn: F) -> F:
@@ -283,7 +293,7 @@ def model_factory_options(fn: F) -> F:
     is `Error: …` (exit 2) before any lease is taken."""
 
     def factory(spec: str, endpoint: Endpoint | None) -> Callable[[], ModelAdapter]:
-        load_model(spec, endpoint=endpoint)
-        return functools.partial(load_model, spec, endpoint=endpoint)
+        load_model(spec, endpoint=endpoint, search=here())
+        return functools.partial(load_model, spec, endpoint=endpoint, search=here())
 
     return _with_model(fn, factory)

@@ -14,7 +14,7 @@ from fsm_agent.encoding import text_sha256
 from fsm_agent.errors import BudgetError
 from fsm_agent.guards import UnknownGuard, resolve_guard
 from fsm_agent.halt import BUDGET_EXHAUSTED, TERMINAL_STATE, TERMINAL_STATES, HaltReason
-from fsm_agent.refs import BadReference, resolve_callable
+from fsm_agent.refs import BadReference, Search, resolve_callable
 from fsm_agent.spec import ACTION_OUTCOMES, BUDGET_TRIGGER, MachineSpec, StateSpec, TransitionSpec
 from fsm_agent.yamlsource import LineIndex
 
@@ -39,8 +39,10 @@ _CONTROL = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
 class Validator:
     """Builds a `MachineSpec` from loaded YAML, refusing the first thing that is wrong."""
 
-    def __init__(self, data: Any, lines: LineIndex) -> None:
+    def __init__(self, data: Any, lines: LineIndex, search: Search = ()) -> None:
         self.data = data
+        #: where the declaration's `module:function` references are looked for after sys.path
+        self.search = search
         self.err = lines.error
         self.source = lines.source
 
@@ -154,7 +156,7 @@ class Validator:
                 path,
             )
         try:
-            resolve_callable(action)
+            resolve_callable(action, self.search)
         except BadReference as exc:
             raise self.err(f"action {action!r}: {exc}", path) from None
 
@@ -226,7 +228,7 @@ class Validator:
             raise self.err("guards must be a list of guard names", f"{path}.guards")
         for j, ref in enumerate(raw):
             try:
-                resolve_guard(ref)
+                resolve_guard(ref, self.search)
             except UnknownGuard as exc:
                 raise self.err(str(exc), f"{path}.guards[{j}]") from None
         return tuple(raw)

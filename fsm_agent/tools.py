@@ -18,7 +18,7 @@ from fsm_agent.errors import AdapterError
 from fsm_agent.interrupts import raised_by_user_code
 from fsm_agent.lanes import LOCAL, Lane
 from fsm_agent.receipts import Receipt, finite_cost
-from fsm_agent.refs import BadReference, import_module
+from fsm_agent.refs import BadReference, Search, import_module
 
 
 @attrs.frozen
@@ -178,14 +178,16 @@ class ToolRegistry:
         return len(self._tools)
 
 
-def load_tools(module_name: str) -> ToolRegistry:
-    """The registry of an importable tools module, for one run.
+def load_tools(module_name: str, search: Search = ()) -> ToolRegistry:
+    """The registry of a tools module, for one run: looked for on sys.path, then in the
+    `search` directories (the CLI's `--tools` gives the working directory; see
+    `fsm_agent.refs`).
 
     A module whose tools keep state exposes `new_tools()`, which returns a fresh registry per
     run (so state never leaks from one run into the next); otherwise its `TOOLS`.
     """
     try:
-        module = import_module(module_name)
+        module = import_module(module_name, search)
     except BadReference as exc:
         raise AdapterError(f"tools module: {exc}", spec=module_name) from exc
     factory = getattr(module, "new_tools", None)
