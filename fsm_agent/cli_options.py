@@ -33,7 +33,9 @@ def here() -> tuple[Path, ...]:
     """Where a module named on the command line (`--tools`, `--model python:…`) is looked
     for after sys.path: the working directory, as an absolute path (a queue worker's
     threads and a tool's child process look in the same place)."""
-    return (Path.cwd(),)
+    from fsm_agent.refs import working_directory
+
+    return working_directory()
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -84,6 +84,14 @@ def resolve_callable(ref: str, search: Search = ()) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
+def working_directory() -> tuple[Path, ...]:
+    """The working directory as a search directory (none when it no longer exists)."""
+    try:
+        return (Path.cwd(),)
+    except OSError:
+        return ()
+
+
 def looked_in(dirs: Iterable[Path]) -> str:
     """Where a module was looked for, in words."""
     shown = [str(d) for d in dirs]
@@ -111,7 +119,9 @@ def adopt(found: Mapping[str, str]) -> None:
 def _directories(search: Search) -> tuple[Path, ...]:
     out: list[Path] = []
     for d in search:
-        path = Path(d).absolute()
+        path = Path(d)
+        if not path.is_absolute():
+            path = Path(os.path.abspath(path))
         if path not in out:
             out.append(path)
     return tuple(out)

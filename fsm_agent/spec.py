@@ -149,8 +149,10 @@ def parse_machine(
     A valid declaration is parsed once per process (pure-Python YAML costs ~75 ms for the
     agent loop): the frozen spec is shared by every later call with the same text and
     source — a worker that runs many runs of one machine pays once."""
-    search = [Path.cwd()] if home is None else [Path(home).absolute(), Path.cwd()]
-    return _parse(text, source, tuple(search))
+    from fsm_agent.refs import working_directory
+
+    mine = () if home is None else (Path(os.path.abspath(home)),)
+    return _parse(text, source, (*mine, *working_directory()))
 
 
 @functools.lru_cache(maxsize=64)
