@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fsm_agent import load_machine, load_tools, run
 from fsm_agent.errors import AdapterError, MachineSpecError
@@ -269,3 +271,23 @@ def test_a_machine_spec_error_for_a_guard_is_a_machine_spec_error(tmp_path: Path
     machine = machine_with_guard(tmp_path / "m", f"{unique('gone')}:vetted")
     with pytest.raises(MachineSpecError, match=re.escape(str(machine.parent))):
         load_machine(str(machine))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    parts=st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), min_size=1, max_size=3),
+    dirs=st.integers(min_value=0, max_value=3),
+)
+def test_any_absent_module_is_not_found_naming_every_place_searched(
+    parts: list[str], dirs: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    name = ".".join([f"zz_absent_{parts[0]}", *parts[1:]])
+    search = tuple(tmp_path_factory.mktemp("search") for _ in range(dirs))
+    with pytest.raises(BadReference) as raised:
+        resolve_callable(f"{name}:f", search)
+    message = str(raised.value)
+    assert message.startswith(f"no module named {name.split('.')[0]!r}")
+    assert "sys.path" in message
+    for d in search:
+        assert str(d) in message
+        assert str(d) not in sys.path
