@@ -120,8 +120,9 @@ class Halting(Journaling):
     def _write_file_only(
         self, note: str, *, reason: HaltReason | None = None, signum: int | None = None
     ) -> str | None:
-        """The journal failed: still leave a record on disk that says so (the journal's
-        failure stays the error; None, or why the record file could not be written)."""
+        """The journal failed: still leave a record on disk that says so, where a record
+        file was asked for (the journal's failure stays the error; None, or why the record
+        file could not be written)."""
         with self.gate.shielded():
             if reason is None:
                 reason = self.record.halt_reason if self.record else HaltReason.JOURNAL_FAILED
