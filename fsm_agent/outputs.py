@@ -10,9 +10,11 @@ create: missing parents are made). A directory output must be a directory or not
 under a directory this process can write. `output_problem` says what is wrong with a path,
 `check_output` raises it as invalid input naming the option.
 
-File modes: what can hold secrets (the journal, halt records, trace copies, run files) is
-created private (0600); what is made for review (the HTML report, diagrams) follows the
-umask.
+File modes: what holds a whole run — every reply and tool result, so anything a tool
+returned that was secret — is created private (0600, whatever the umask): the journal and
+its -wal/-shm files, run files (`export`) and trace copies. What is made to be read follows
+the umask (0666 less it): halt records, the HTML report, diagrams. A umask of 077 makes
+those private too.
 """
 
 from __future__ import annotations
@@ -211,7 +213,9 @@ def journal_file(store: object) -> str | None:
 
 
 def check_run_outputs(
-    store: object, record_path: str | os.PathLike[str], trace_copy: str | os.PathLike[str] | None
+    store: object,
+    record_path: str | os.PathLike[str] | None,
+    trace_copy: str | os.PathLike[str] | None,
 ) -> None:
     """A run's halt record and trace copy, checked before the run starts (`OutputRefused`):
     writable, and neither the journal nor each other."""

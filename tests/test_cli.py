@@ -89,7 +89,10 @@ def test_bad_budget_exits_2_before_anything_runs(
     [
         (["--model", "scripted:/no/such.json"], "cannot read script"),
         (["--model", "gpt:4"], "a model spec is scripted:PATH or python:module:callable"),
-        (["--tools", "no_such_module_xyz"], "cannot import module 'no_such_module_xyz'"),
+        (
+            ["--tools", "no_such_module_xyz"],
+            "no module named 'no_such_module_xyz' (looked on the import path (sys.path), then in",
+        ),
         (["--tools", "json"], "module has no TOOLS"),
     ],
 )

@@ -263,7 +263,7 @@ def test_resolve_dotted_user_guard() -> None:
         ("not no_such_guard", "unknown guard 'no_such_guard'"),
         ("", "unknown guard"),
         ("Tool_Allowed", "unknown guard"),
-        ("no_such_pkg_for_fsm_tests:g", "cannot import module 'no_such_pkg_for_fsm_tests'"),
+        ("no_such_pkg_for_fsm_tests:g", "no module named 'no_such_pkg_for_fsm_tests'"),
         ("tests.fixture_guards:missing", "no callable 'missing'"),
         ("tests.fixture_guards:NOT_CALLABLE", "no callable 'NOT_CALLABLE'"),
     ],

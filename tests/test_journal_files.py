@@ -1,6 +1,6 @@
 """What a command may do to the files it is given: a foreign SQLite file is refused, never
 migrated; commands that only read never create, migrate or write a journal; invalid input
-is exit 2 wherever it is found; and every file is created with the documented mode.
+is exit 2 wherever it is found (file modes: `test_file_modes.py`).
 
 Through the real CLI on real SQLite files.
 """
@@ -8,9 +8,7 @@ Through the real CLI on real SQLite files.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -202,58 +200,3 @@ def test_the_store_opened_to_read_refuses_writes(journal: tuple[Path, str]) -> N
             store.mark_run(run_id, "paused", None, None)
     finally:
         store.close()
-
-
-# --- file modes ---------------------------------------------------------------------------------
-
-
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
-
-
-@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
-def test_private_files_are_0600_and_review_artifacts_follow_the_umask(
-    umask: int, tmp_path: Path
-) -> None:
-    old = os.umask(umask)
-    try:
-        db = tmp_path / "j.db"
-        result = lab_run(db, tmp_path / "r.json", "--trace-copy", str(tmp_path / "trace.json"))
-        assert result.exit_code == 0, result.output
-        run_id = json.loads((tmp_path / "r.json").read_text())["run_id"]
-        invoke("export", run_id, "-o", str(tmp_path / "run.json"), "--db", str(db))
-        invoke("report", run_id, "-o", str(tmp_path / "report.html"), "--db", str(db))
-        invoke("diagram", "agent_loop", "-o", str(tmp_path / "d.md"))
-        invoke("diagram", "agent_loop", "--format", "svg", "-o", str(tmp_path / "d.svg"))
-        store = SqliteStore(db)  # the journal open: its -wal and -shm files exist
-        try:
-            for side in ("j.db", "j.db-wal", "j.db-shm"):
-                assert mode(tmp_path / side) == 0o600, side
-        finally:
-            store.close()
-        for private in ("j.db", "r.json", "trace.json", "run.json"):
-            assert mode(tmp_path / private) == 0o600, private
-        for review in ("report.html", "d.md", "d.svg"):
-            assert mode(tmp_path / review) == 0o666 & ~umask, review
-    finally:
-        os.umask(old)
-
-
-def test_an_existing_journal_keeps_its_mode(tmp_path: Path) -> None:
-    db = tmp_path / "j.db"
-    db.touch(mode=0o640)
-    db.chmod(0o640)
-    assert lab_run(db, tmp_path / "r.json").exit_code == 0
-    assert mode(db) == 0o640
-
-
-def test_worker_records_are_private(tmp_path: Path) -> None:
-    db, records = tmp_path / "q.db", tmp_path / "records"
-    run_id = invoke("submit", "agent_loop", "--task", "t", "--db", str(db)).output.strip()
-    result = invoke(
-        "worker", "--db", str(db), "--tools", "fsm_agent.examples.halt_lab.tools",
-        "--model", PROPER, "--records", str(records), "--max-jobs", "1", "--idle-exit",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    assert mode(records / f"{run_id}.json") == 0o600
-    assert mode(db) == 0o600

@@ -515,7 +515,7 @@ ERROR_CASES: list[tuple[str, Mutation, str, str, str]] = [
         lambda t: edit(t, "{action: model}", "{action: 'no_such_pkg_for_fsm_tests.acts:act'}"),
         "$.states.drafting.action",
         "no_such_pkg_for_fsm_tests",
-        "cannot import module",
+        "no module named",
     ),
     (
         "user-action-missing-function",

@@ -24,6 +24,7 @@ from fsm_agent.cli.options import (
     budget_options,
     cli_errors,
     db_option,
+    here,
     journal_store,
     json_option,
     model_options,
@@ -103,7 +104,7 @@ def run(
         from fsm_agent.declaration.policy import load_policy
 
         control = load_policy(policy_path).control_plane_for_runtime()
-    tools = load_tools(tools_module) if tools_module else ToolRegistry()
+    tools = load_tools(tools_module, here()) if tools_module else ToolRegistry()
     live = progress_line(quiet)
 
     def on_transition(event: Event) -> None:

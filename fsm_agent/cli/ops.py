@@ -15,6 +15,7 @@ from fsm_agent.cli.options import (
     OutputPath,
     cli_errors,
     db_option,
+    here,
     journal_store,
     json_option,
     model_options,
@@ -217,7 +218,7 @@ def resume(
     from fsm_agent.runtime.worker import resume_run
 
     refuse_overlaps(db, {"--record": record_path, "--trace-copy": trace_copy})
-    tools = load_tools(tools_module) if tools_module else ToolRegistry()
+    tools = load_tools(tools_module, here()) if tools_module else ToolRegistry()
     with journal_store(db, must_exist=True) as store:
         live = progress_line(quiet)
 

@@ -29,6 +29,16 @@ from fsm_agent.runtime.worker import DEFAULT_DB
 if TYPE_CHECKING:
     from fsm_agent.adapters.openai import Endpoint
 
+
+def here() -> tuple[Path, ...]:
+    """Where a module named on the command line (`--tools`, `--model python:…`) is looked
+    for after sys.path: the working directory, as an absolute path (a queue worker's
+    threads and a tool's child process look in the same place)."""
+    from fsm_agent.declaration.refs import working_directory
+
+    return working_directory()
+
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -276,7 +286,9 @@ def _with_model(fn: F, build: Callable[[str, Endpoint | None], Any]) -> F:
 
 def model_options(fn: F) -> F:
     """The model options, handed to the command as one loaded `model` adapter."""
-    return _with_model(fn, lambda spec, endpoint: load_model(spec, endpoint=endpoint))
+    return _with_model(
+        fn, lambda spec, endpoint: load_model(spec, endpoint=endpoint, search=here())
+    )
 
 
 def model_factory_options(fn: F) -> F:
@@ -285,7 +297,7 @@ def model_factory_options(fn: F) -> F:
     is `Error: …` (exit 2) before any lease is taken."""
 
     def factory(spec: str, endpoint: Endpoint | None) -> Callable[[], ModelAdapter]:
-        load_model(spec, endpoint=endpoint)
-        return functools.partial(load_model, spec, endpoint=endpoint)
+        load_model(spec, endpoint=endpoint, search=here())
+        return functools.partial(load_model, spec, endpoint=endpoint, search=here())
 
     return _with_model(fn, factory)

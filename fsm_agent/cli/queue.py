@@ -21,6 +21,7 @@ from fsm_agent.cli.options import (
     budget_options,
     cli_errors,
     db_option,
+    here,
     journal_store,
     json_option,
     model_factory_options,
@@ -128,13 +129,13 @@ def worker(
     from fsm_agent.runtime.tools import load_tools
 
     refuse_overlaps(db, {"--records": records_dir})
-    load_tools(tools_module)  # a bad module is `Error: …` (exit 2) before any lease
+    load_tools(tools_module, here())  # a bad module is `Error: …` (exit 2) before any lease
     with journal_store(db):  # the journal opens (and is migrated) before any thread starts
         pass
     code = QueueWorker(
         db,
         model=model,
-        tools=functools.partial(load_tools, tools_module),
+        tools=functools.partial(load_tools, tools_module, here()),
         concurrency=concurrency,
         lease_s=lease_s,
         drain_s=drain_s,

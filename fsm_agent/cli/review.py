@@ -17,6 +17,7 @@ from fsm_agent.cli.options import (
     budget_options,
     cli_errors,
     db_option,
+    here,
     journal_store,
     json_option,
     read_journal,
@@ -271,7 +272,7 @@ def lint(machine: str, policy_path: str | None, tools_module: str | None, fmt: s
     from fsm_agent.declaration.policy import default_policy_path
     from fsm_agent.runtime.tools import load_tools
 
-    tools = load_tools(tools_module) if tools_module else None
+    tools = load_tools(tools_module, here()) if tools_module else None
     policy = policy_path or load_machine(machine).policy_path() or default_policy_path()
     findings = lint_paths(machine, policy, tools=tools)
     click.echo(format_findings(findings, "json" if fmt == "json" else "text"), nl=False)

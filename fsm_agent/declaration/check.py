@@ -9,7 +9,7 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
-from fsm_agent.declaration.refs import BadReference, resolve_callable
+from fsm_agent.declaration.refs import BadReference, Search, resolve_callable
 from fsm_agent.declaration.spec import (
     ACTION_OUTCOMES,
     BUDGET_TRIGGER,
@@ -46,8 +46,10 @@ _CONTROL = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
 class Validator:
     """Builds a `MachineSpec` from loaded YAML, refusing the first thing that is wrong."""
 
-    def __init__(self, data: Any, lines: LineIndex) -> None:
+    def __init__(self, data: Any, lines: LineIndex, search: Search = ()) -> None:
         self.data = data
+        #: where the declaration's `module:function` references are looked for after sys.path
+        self.search = search
         self.err = lines.error
         self.source = lines.source
 
@@ -161,7 +163,7 @@ class Validator:
                 path,
             )
         try:
-            resolve_callable(action)
+            resolve_callable(action, self.search)
         except BadReference as exc:
             raise self.err(f"action {action!r}: {exc}", path) from None
 
@@ -233,7 +235,7 @@ class Validator:
             raise self.err("guards must be a list of guard names", f"{path}.guards")
         for j, ref in enumerate(raw):
             try:
-                resolve_guard(ref)
+                resolve_guard(ref, self.search)
             except UnknownGuard as exc:
                 raise self.err(str(exc), f"{path}.guards[{j}]") from None
         return tuple(raw)

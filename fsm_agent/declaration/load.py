@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.resources
+import os
 from pathlib import Path
 
 from fsm_agent.declaration.spec import MachineSpec
@@ -42,7 +43,7 @@ def load_machine(ref: str) -> MachineSpec:
         text = read_source(path)
     except Unreadable as exc:
         raise MachineSpecError(f"cannot read: {exc.why}", source=str(path)) from exc
-    spec = parse_machine(text, source=str(path))
+    spec = parse_machine(text, source=str(path), home=path.parent)
     declared = spec.policy_path()
     if declared is not None:  # a declared policy must load: it fails closed at load time
         from fsm_agent.declaration.policy import PolicyError, load_policy
@@ -58,20 +59,28 @@ def load_machine(ref: str) -> MachineSpec:
     return spec
 
 
-def parse_machine(text: str, *, source: str) -> MachineSpec:
-    """Validate a declaration given as YAML text; `source` names it in errors.
+def parse_machine(
+    text: str, *, source: str, home: str | os.PathLike[str] | None = None
+) -> MachineSpec:
+    """Validate a declaration given as YAML text; `source` names it in errors. Its
+    `package.module:function` references are looked for on sys.path, then in `home` (the
+    directory of the declaration's file, when it has one), then in the working directory
+    (see `fsm_agent.declaration.refs`).
 
     A valid declaration is parsed once per process (pure-Python YAML costs ~75 ms for the
     agent loop): the frozen spec is shared by every later call with the same text and
     source — a worker that runs many runs of one machine pays once."""
-    return _parse(text, source)
+    from fsm_agent.declaration.refs import working_directory
+
+    mine = () if home is None else (Path(os.path.abspath(home)),)
+    return _parse(text, source, (*mine, *working_directory()))
 
 
 @functools.lru_cache(maxsize=64)
-def _parse(text: str, source: str) -> MachineSpec:
+def _parse(text: str, source: str, search: tuple[Path, ...]) -> MachineSpec:
     # YAML and the checks are imported only when a machine loads.
     from fsm_agent.declaration.check import Validator
     from fsm_agent.declaration.yamlsource import LineIndex, load_yaml
 
     data = load_yaml(text, source=source)
-    return Validator(data, LineIndex(text, source)).build(text)
+    return Validator(data, LineIndex(text, source), search).build(text)

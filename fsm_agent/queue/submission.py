@@ -68,8 +68,10 @@ def submit(
 
 def queued_spec(job: Job) -> MachineSpec:
     """The job's declaration as frozen at submit time."""
+    home: Path | None = None
     try:
-        source = str(machine_path(job.machine))
+        path = machine_path(job.machine)
+        source, home = str(path), path.parent  # its references resolve next to it
     except MachineSpecError:
         source = f"{job.machine} (queued as run {job.run_id})"
-    return parse_machine(job.machine_text, source=source)
+    return parse_machine(job.machine_text, source=source, home=home)

@@ -278,15 +278,23 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(_ORPHANED)
 
 
-def _child_main(conn: Connection, parent_pid: int, payload: bytes) -> None:
+def _child_main(
+    conn: Connection, parent_pid: int, payload: bytes, found: Mapping[str, str]
+) -> None:
     """Run one call in the child. Before anything of the user's runs (even the import of its
-    module, which unpickling the call does), the child is bound to its parent. SIGINT is the
+    module, which unpickling the call does), the child is bound to its parent. The modules
+    the parent imported from a search directory (a tools module in the working directory,
+    see `fsm_agent.declaration.refs`) are imported the same way first, so the call unpickles.
+    SIGINT is the
     parent's to handle (Ctrl-C reaches the whole process group): the parent kills the child
     when it stops the call. A parent that is gone gets no answer and no traceback."""
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         try:
+            from fsm_agent.declaration.refs import adopt
+
+            adopt(found)
             fn, args, kwargs = pickle.loads(payload)  # noqa: S301 - our own parent's bytes
             message: tuple[str, Any] = ("ok", _invoke(fn, args, kwargs))
         except BaseException as exc:
@@ -313,13 +321,15 @@ def _in_child(
     import multiprocessing  # only tools that opt into isolation="process" pay for it
     from multiprocessing.reduction import ForkingPickler
 
+    from fsm_agent.declaration.refs import found_in
+
     ctx = multiprocessing.get_context("spawn")
     # Pickled here, unpickled by the child once it is bound to this process (_child_main).
     payload = bytes(ForkingPickler.dumps((fn, args, kwargs)))
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(
         target=_child_main,
-        args=(child, os.getpid(), payload),
+        args=(child, os.getpid(), payload, found_in()),
         name=f"fsm-agent:{name}",
         daemon=True,
     )

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final
 
-from fsm_agent.declaration.refs import BadReference, resolve_callable
+from fsm_agent.declaration.refs import BadReference, Search, resolve_callable
 from fsm_agent.runtime.budgets import tripped_meter
 from fsm_agent.runtime.grounding import ground, grounded_v1
 from fsm_agent.runtime.lanes import halt_lane_refusal
@@ -159,15 +159,16 @@ def _negate(name: str, guard: Guard) -> Guard:
     return negated
 
 
-def resolve_guard(ref: str) -> Guard:
-    """Resolve a guard reference: `name`, `not name`, or `package.module:function`."""
+def resolve_guard(ref: str, search: Search = ()) -> Guard:
+    """Resolve a guard reference: `name`, `not name`, or `package.module:function` (looked
+    for as `fsm_agent.declaration.refs` says, `search` after sys.path)."""
     ref = ref.strip()
     if ref.startswith("not "):
         inner = ref[4:].strip()
-        return _negate(inner, resolve_guard(inner))
+        return _negate(inner, resolve_guard(inner, search))
     if ":" in ref:
         try:
-            return resolve_callable(ref)
+            return resolve_callable(ref, search)
         except BadReference as exc:
             raise UnknownGuard(f"guard {ref!r}: {exc}") from exc
     try:

@@ -27,7 +27,7 @@ class Halting(Journaling):
     spec: MachineSpec
     started_at: str
     record: HaltRecord | None
-    record_path: Path
+    record_path: Path | None  # None: no record file (a library call that asked for none)
     trace_copy: Path | None
     journaled: bool
     #: the declared transition that halted the run (None for a halt the runtime imposed)
@@ -80,7 +80,7 @@ class Halting(Journaling):
         with self.gate.shielded():
             if not self.journaled:  # stopped before the run reached the journal
                 self.record = self._record_for(reason, note, signum)
-                write_record(self.record, self.record_path)
+                self._write_record(self.record)
                 return
             if self.spec.state(self.state).terminal:
                 self._finish(self.record.halt_reason if self.record else reason, note, signum)
@@ -109,14 +109,20 @@ class Halting(Journaling):
         record: HaltRecord | None = None,
     ) -> None:
         self.record = record or self._record_for(reason, note, signum)
-        write_record(self.record, self.record_path)
+        self._write_record(self.record)
         self.store.finish_run(self.record)
+
+    def _write_record(self, record: HaltRecord) -> None:
+        """The record file, where one was asked for."""
+        if self.record_path is not None:
+            write_record(record, self.record_path)
 
     def _write_file_only(
         self, note: str, *, reason: HaltReason | None = None, signum: int | None = None
     ) -> str | None:
-        """The journal failed: still leave a record on disk that says so (the journal's
-        failure stays the error; None, or why the record file could not be written)."""
+        """The journal failed: still leave a record on disk that says so, where a record
+        file was asked for (the journal's failure stays the error; None, or why the record
+        file could not be written)."""
         with self.gate.shielded():
             if reason is None:
                 reason = self.record.halt_reason if self.record else HaltReason.JOURNAL_FAILED
@@ -125,7 +131,7 @@ class Halting(Journaling):
                 record = attrs.evolve(record, error=note)
             self.record = record
             try:
-                write_record(record, self.record_path)
+                self._write_record(record)
             except OSError as exc:
                 return f"the halt record {self.record_path} could not be written either ({exc})"
             return None

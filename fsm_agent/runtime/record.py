@@ -162,8 +162,11 @@ def _new_temp(directory: Path, name: str, mode: int) -> tuple[int, Path]:
 
 
 def write_record(record: HaltRecord, path: str | os.PathLike[str]) -> Path:
-    """Write the record atomically at `path` (see `atomic_write_text`)."""
-    return atomic_write_text(path, record_json(record))
+    """Write the record atomically at `path` (see `atomic_write_text`). The record is the
+    run's outcome, made to be read (by CI, by a reviewer): it follows the umask, as the
+    report does, which shows all it holds and more. What holds a whole run (the journal, a
+    run file, a trace copy) stays private."""
+    return atomic_write_text(path, record_json(record), private=False)
 
 
 def read_record(path: str | os.PathLike[str]) -> HaltRecord:

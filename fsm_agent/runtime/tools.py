@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from fsm_agent.declaration.refs import BadReference, import_module
+from fsm_agent.declaration.refs import BadReference, Search, import_module
 from fsm_agent.errors import AdapterError
 from fsm_agent.runtime.deadline import Isolation
 from fsm_agent.runtime.interrupts import raised_by_user_code
@@ -178,14 +178,16 @@ class ToolRegistry:
         return len(self._tools)
 
 
-def load_tools(module_name: str) -> ToolRegistry:
-    """The registry of an importable tools module, for one run.
+def load_tools(module_name: str, search: Search = ()) -> ToolRegistry:
+    """The registry of a tools module, for one run: looked for on sys.path, then in the
+    `search` directories (the CLI's `--tools` gives the working directory; see
+    `fsm_agent.declaration.refs`).
 
     A module whose tools keep state exposes `new_tools()`, which returns a fresh registry per
     run (so state never leaks from one run into the next); otherwise its `TOOLS`.
     """
     try:
-        module = import_module(module_name)
+        module = import_module(module_name, search)
     except BadReference as exc:
         raise AdapterError(f"tools module: {exc}", spec=module_name) from exc
     factory = getattr(module, "new_tools", None)

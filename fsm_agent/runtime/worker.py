@@ -48,7 +48,7 @@ from fsm_agent.runtime.interrupts import InterruptGate, raised_by_user_code
 from fsm_agent.runtime.journaling import now_iso
 from fsm_agent.runtime.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
 from fsm_agent.runtime.operator import OperatorControls, RoutingFrozen
-from fsm_agent.runtime.record import DEFAULT_RECORD_PATH, HaltRecord
+from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.resume import Resumption, claim_run, load_resumable, restore_context
 from fsm_agent.runtime.snapshot import Snapshot, entering
 from fsm_agent.runtime.tools import ToolRegistry
@@ -73,7 +73,7 @@ def run(
     tools: ToolRegistry | None = None,
     store: Store | str | os.PathLike[str] = DEFAULT_DB,
     budgets: Mapping[str, int | float | None] | None = None,
-    record_path: str | os.PathLike[str] = DEFAULT_RECORD_PATH,
+    record_path: str | os.PathLike[str] | None = None,
     halt_lane: Lane = LOCAL,
     control: ControlPlane | None = None,
     thrash_limit: int | None = None,
@@ -89,7 +89,9 @@ def run(
     """Run `task` on a declared machine until it halts; return the halt record.
 
     Budgets are the machine's defaults with `budgets` overrides applied, frozen at start.
-    The record is also written to `record_path` and stored in the journal. Raises
+    The record is stored in the journal, and written to `record_path` when one is given (a
+    library call writes no file it was not asked for; the CLI's `--record` defaults to
+    `./halt-contract.json`). Raises
     `InvalidInputError` for bad input before anything runs, and `JournalError` if the
     journal cannot be written (after writing the record file). With `trace_copy`, a run file
     of the whole run is written there before the run may halt; if that fails, a run that
@@ -144,7 +146,7 @@ def run(
             ctx,
             opened,
             rid,
-            Path(record_path),
+            None if record_path is None else Path(record_path),
             on_transition,
             handle_signals,
             None if trace_copy is None else Path(trace_copy),
@@ -170,7 +172,7 @@ def resume_run(
     model: ModelAdapter,
     tools: ToolRegistry | None = None,
     store: Store | str | os.PathLike[str] = DEFAULT_DB,
-    record_path: str | os.PathLike[str] = DEFAULT_RECORD_PATH,
+    record_path: str | os.PathLike[str] | None = None,
     clock: Clock = time.monotonic,
     on_transition: Callable[[Event], None] | None = None,
     handle_signals: bool = True,
@@ -214,7 +216,7 @@ def resume_run(
             ctx,
             opened,
             run_id,
-            Path(record_path),
+            None if record_path is None else Path(record_path),
             on_transition,
             handle_signals,
             None if trace_copy is None else Path(trace_copy),
@@ -235,7 +237,7 @@ class _Worker(Resumption, OperatorControls):
         ctx: RunContext,
         store: Store,
         run_id: str,
-        record_path: Path,
+        record_path: Path | None,
         on_transition: Callable[[Event], None] | None,
         handle_signals: bool,
         trace_copy: Path | None = None,
