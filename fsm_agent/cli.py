@@ -1,8 +1,7 @@
 """The `fsm-agent` command: a thin layer over the library.
 
-Library errors become `Error: …` and an exit code at one boundary (`cli_options.cli_errors`):
-0 the run reached `done`; 3 `budget_exhausted`; 4 `handoff`; 2 invalid input; 70 internal
-error; 75 paused; 128+N when signal N interrupted the run.
+Library errors become `Error: …` and an exit code at one boundary (`cli_options.cli_errors`);
+`fsm_agent.halt.run_exit_codes` lists every code `run` returns (its help prints them).
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import click
 
 from fsm_agent import serde
 from fsm_agent.cli_options import (
+    InputProblem,
     InternalProblem,
     OutputPath,
     budget_options,
@@ -34,10 +34,11 @@ from fsm_agent.cli_options import (
     shown,
 )
 from fsm_agent.errors import RunPaused
-from fsm_agent.halt import EXIT_PAUSED, HaltReason, exit_code
-from fsm_agent.journal import Event, RunRow
+from fsm_agent.halt import EXIT_PAUSED, HaltReason, exit_code, run_exit_codes
+from fsm_agent.journal import Event, RunRow, Store
 from fsm_agent.models import ModelAdapter
 from fsm_agent.record import DEFAULT_RECORD_PATH, HaltRecord, record_json
+from fsm_agent.run_ids import resolve_run_id
 from fsm_agent.snapshot import SUCCESS_RULES
 from fsm_agent.spec import load_machine
 from fsm_agent.tools import ToolRegistry, load_tools
@@ -45,9 +46,15 @@ from fsm_agent.worker import run as run_machine
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="fsm-agent")
+@click.version_option(None, "-V", "--version", package_name="fsm-agent")
 def cli() -> None:
-    """Run AI agents as declared finite-state machines; every halt is named and journaled."""
+    """Run AI agents as declared finite-state machines; every halt is named and journaled.
+
+    Wherever a command takes RUN_ID, a unique prefix of a run id will do, and @latest
+    names the run started last on the journal. Commands that print a result take --json.
+    Shell completion: eval "$(_FSM_AGENT_COMPLETE=bash_source fsm-agent)" (zsh_source,
+    fish_source for the other shells).
+    """
 
 
 def progress_line(quiet: bool) -> Callable[[Event], None]:
@@ -90,7 +97,21 @@ def _summary(record: HaltRecord) -> str:
     return "\n".join(lines)
 
 
-@cli.command()
+def _run_help() -> str:
+    import textwrap
+
+    codes = "\n".join(
+        textwrap.fill(text, 78, initial_indent=f"  {code:<6} ", subsequent_indent=" " * 9)
+        for code, text in run_exit_codes().items()
+    )
+    return (
+        "Run TASK on MACHINE (a declared name or a .yaml path) until it halts.\n\n"
+        "Prints the run id, a live `step N/M` line per transition (stderr), and the halt.\n\n"
+        f"\b\nExit codes:\n{codes}"
+    )
+
+
+@cli.command(help=_run_help())
 @click.argument("machine")
 @click.option("--task", required=True, help="What the agent is asked to do.")
 @model_options
@@ -136,11 +157,7 @@ def run(
     quiet: bool,
     secret_env: tuple[str, ...],
 ) -> None:
-    """Run TASK on MACHINE (a declared name or a .yaml path) until it halts.
-
-    Prints the run id, a live `step N/M` line per transition (stderr), and the halt.
-    Exit code: 0 done, 3 budget_exhausted, 4 handoff, 2 invalid input, 70 internal error.
-    """
+    """Run TASK on MACHINE until it halts (the help, with every exit code: `_run_help`)."""
     refuse_overlaps(
         db,
         {"--record": record_path, "--trace-copy": trace_copy},
@@ -210,19 +227,79 @@ def _run_dict(row: RunRow) -> dict[str, Any]:
 
 
 RUNS_HEADER = ("RUN", "MACHINE", "HALT", "STEPS", "STARTED")
+#: What `runs --status` selects: the journal's statuses, with `running` split by whether the
+#: run's process is still there (`interrupted`: it is gone; resume the run).
+RUN_STATUSES = ("running", "interrupted", "paused", "halted")
+
+
+def _listed_runs(store: Store, limit: int, status: str | None, **filters: Any) -> list[RunRow]:
+    """The runs `runs` lists: filtered by the journal, newest first, at most `limit`.
+    running/interrupted are one status in the journal, told apart by the run's process: the
+    journal's running runs are read whole and the limit applies after that split."""
+    from fsm_agent.resume import shown_status
+
+    if status not in ("running", "interrupted"):
+        return store.list_runs(limit, status=status, **filters)  # type: ignore[arg-type]
+    live = store.list_runs(None, status="running", **filters)
+    return [r for r in live if shown_status(r) == status][:limit]
 
 
 @cli.command()
 @db_option
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1),
+              help="At most this many runs (after the filters).")  # fmt: skip
+@click.option("--machine", help="Only runs of this machine (its declared name).")
+@click.option(
+    "--halt-reason",
+    type=click.Choice([r.value for r in HaltReason]),
+    help="Only runs that halted for this reason.",
+)
+@click.option(
+    "--status",
+    type=click.Choice(RUN_STATUSES),
+    help="Only runs in this status: running (its process is alive), interrupted (its"
+    " process is gone: resume it), paused, or halted.",
+)
+@click.option(
+    "--since",
+    metavar="TIME",
+    help="Only runs started at or after TIME: an ISO date or timestamp (UTC unless it says"
+    " otherwise), or a time ago: 30m, 12h, 2d, 1w.",
+)
+@click.option("--until", metavar="TIME", help="Only runs started at or before TIME (as --since).")
 @json_option
 @cli_errors
-def runs(db: str, limit: int, as_json: bool) -> None:
-    """List recent runs: id, machine, halt reason, steps used/max, start time."""
+def runs(
+    db: str,
+    limit: int,
+    machine: str | None,
+    halt_reason: str | None,
+    status: str | None,
+    since: str | None,
+    until: str | None,
+    as_json: bool,
+) -> None:
+    """List recent runs, newest first: id, machine, halt reason, steps used/max, start time.
+
+    The filters combine (all must hold); --limit counts the runs that pass them.
+    """
+    from fsm_agent.stats import time_key
+
+    low = None if since is None else time_key(since, what="--since")
+    high = None if until is None else time_key(until, what="--until")
+    if low is not None and high is not None and low > high:
+        raise InputProblem(f"--since {since} is after --until {until}: no run can match")
+    reason = None if halt_reason is None else HaltReason(halt_reason)
     with read_journal(db) as store:
-        rows = store.list_runs(limit)
+        rows = _listed_runs(
+            store, limit, status, machine=machine, halt_reason=reason, since=low, until=high
+        )
     if as_json:
         click.echo(json.dumps([_run_dict(r) for r in rows], indent=2))
+        return
+    filtered = any(v is not None for v in (machine, halt_reason, status, since, until))
+    if not rows and filtered:
+        click.echo(f"no runs in {shown(db)} match")
         return
     if not rows:
         click.echo(f"no runs in {shown(db)}")
@@ -254,6 +331,7 @@ def show(run_id: str, db: str, as_json: bool) -> None:
     from fsm_agent.chain import verify_run
 
     with read_journal(db) as store:
+        run_id = resolve_run_id(store, run_id)
         row = store.get_run(run_id)
         events = store.events(run_id)
         chain = verify_run(store, run_id)
@@ -287,11 +365,17 @@ def show(run_id: str, db: str, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("machine")
+@json_option
 @cli_errors
-def validate(machine: str) -> None:
+def validate(machine: str, as_json: bool) -> None:
     """Load and check MACHINE (a declared name or a .yaml path); exit 2 with the error."""
     spec = load_machine(machine)
     declared = [t for t in spec.transitions if not t.implicit]
+    if as_json:
+        data = {"ok": True, "machine": spec.name, "states": len(spec.states),
+                "transitions": len(declared), "sha256": spec.sha256, "source": str(spec.source)}  # fmt: skip
+        click.echo(json.dumps(data, indent=2))
+        return
     click.echo(
         f"ok: {spec.name} ({len(spec.states)} states, {len(declared)} transitions,"
         f" sha256 {spec.sha256[:12]}) from {spec.source}"
@@ -306,31 +390,40 @@ def validate(machine: str) -> None:
     type=OutputPath(directory=True),
     help="Directory for the halt records (default: a temporary directory).",
 )
+@json_option
 @cli_errors
-def demo(db: str, records_dir: str | None) -> None:
+def demo(db: str, records_dir: str | None, as_json: bool) -> None:
     """Run every example scenario and print how each one halted."""
     from examples.scenarios import SCENARIOS, run_scenario
 
     refuse_overlaps(db, {"--records": records_dir})
+    say = (lambda line: None) if as_json else click.echo
+    results: list[dict[str, Any]] = []
     with contextlib_tempdir(records_dir) as folder, journal_store(db) as store:
-        click.echo(f"journal: {shown(db)}   records: {folder}")
-        header = f"{'SCENARIO':<31}  {'STATE':<16}  {'HALT REASON':<17}  {'STEPS':>5}  OK   RUN"
-        click.echo(header)
-        wrong = []
+        say(f"journal: {shown(db)}   records: {folder}")
+        say(f"{'SCENARIO':<31}  {'STATE':<16}  {'HALT REASON':<17}  {'STEPS':>5}  OK   RUN")
         for n, scenario in enumerate(SCENARIOS, 1):
             record = run_scenario(scenario, store=store, record_path=folder / f"{n:02d}.json")
             ok = record.halt_reason is scenario.expected
-            if not ok:
-                wrong.append(f"{scenario.name}: {record.halt_reason.value}")
+            results.append({"scenario": scenario.name, "state": record.terminal_state,
+                            "halt_reason": record.halt_reason.value,
+                            "expected": scenario.expected.value, "ok": ok,
+                            "steps_used": record.steps_used, "max_steps": record.max_steps,
+                            "run_id": record.run_id})  # fmt: skip
             steps = f"{record.steps_used}/{record.max_steps}"
-            click.echo(
+            say(
                 f"{scenario.name:<31}  {record.terminal_state:<16}"
                 f"  {record.halt_reason.value:<17}  {steps:>5}  {'yes' if ok else 'NO ':<3}"
                 f"  {record.run_id}"
             )
-    click.echo(
-        f"{len(SCENARIOS)} scenarios; inspect one with: fsm-agent show RUN_ID --db {shell_arg(db)}"
-    )
+    wrong = [f"{r['scenario']}: {r['halt_reason']}" for r in results if not r["ok"]]
+    if as_json:
+        data = {"journal": shown(db), "records": records_dir, "ok": not wrong,
+                "scenarios": results}  # fmt: skip
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(f"{len(SCENARIOS)} scenarios; inspect one with: fsm-agent show RUN_ID"
+                   f" --db {shell_arg(db)}")  # fmt: skip
     if wrong:
         raise InternalProblem("unexpected halts: " + "; ".join(wrong))
 

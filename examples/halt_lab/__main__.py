@@ -1,4 +1,4 @@
-"""`python -m examples.halt_lab`: run seed 001's four lab scenarios and print how each halted."""
+"""`python -m examples.halt_lab`: run the halt lab's four scenarios and print how each halted."""
 
 from examples.runner import main
 
