@@ -1,1 +1,1 @@
-"""Runnable example scenarios (the halt lab, the payments retry agent, the stop conditions); `fsm-agent demo` runs them all."""
+"""Runnable example scenarios; `fsm-agent demo` runs them all."""

@@ -289,10 +289,10 @@ def runs(
     high = None if until is None else time_key(until, what="--until")
     if low is not None and high is not None and low > high:
         raise InputProblem(f"--since {since} is after --until {until}: no run can match")
-    reason = None if halt_reason is None else HaltReason(halt_reason)
+    wanted = None if halt_reason is None else HaltReason(halt_reason)
     with read_journal(db) as store:
         rows = _listed_runs(
-            store, limit, status, machine=machine, halt_reason=reason, since=low, until=high
+            store, limit, status, machine=machine, halt_reason=wanted, since=low, until=high
         )
     if as_json:
         click.echo(json.dumps([_run_dict(r) for r in rows], indent=2))
@@ -373,7 +373,8 @@ def validate(machine: str, as_json: bool) -> None:
     declared = [t for t in spec.transitions if not t.implicit]
     if as_json:
         data = {"ok": True, "machine": spec.name, "states": len(spec.states),
-                "transitions": len(declared), "sha256": spec.sha256, "source": str(spec.source)}  # fmt: skip
+                "transitions": len(declared), "sha256": spec.sha256,
+                "source": str(spec.source)}  # fmt: skip
         click.echo(json.dumps(data, indent=2))
         return
     click.echo(

@@ -244,7 +244,7 @@ def dequeue(run_id: str, why: str, who: str | None, db: str, as_json: bool) -> N
             as_json,
             data,
             f"job {run_id} taken out of the queue; its run waits, as last journaled, for"
-            f" `fsm-agent resume {run_id} --db {shell_arg(db)} --model …`"
+            f" `fsm-agent resume {run_id} --db {shell_arg(db)} --model …`",
         )
     elif job is None:
         raise InvalidInputError(

@@ -332,8 +332,8 @@ def raise_budget(
                 )
         number = store.add_control(signed_control(run_id, "raise_budget", asked, who, why))
     changes = ", ".join(f"{n} {getattr(current, n)} -> {v}" for n, v in asked.items())
-    data = {"control": number, "run_id": run_id,
-            "changes": {n: {"from": getattr(current, n), "to": v} for n, v in asked.items()}}  # fmt: skip
+    moved = {n: {"from": getattr(current, n), "to": v} for n, v in asked.items()}
+    data = {"control": number, "run_id": run_id, "changes": moved}
     say_result(as_json, data, f"queued raise-budget #{number} for run {run_id}: {changes}; the"
                " run applies it before its next model call and journals it")  # fmt: skip
 

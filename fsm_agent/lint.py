@@ -2,8 +2,9 @@
 exit criteria.
 
 One stable code per checklist item: `HP001`-`HP010` for the ten red flags, `HX001`-`HX008`
-for the eight exit criteria (`CHECKLIST`). `RULES` holds the codes that can be decided statically, from the
-declaration, the policy and (optionally) the tool registry's lanes and privileged flags.
+for the eight exit criteria (`CHECKLIST`). `RULES` holds the codes that can be decided
+statically, from the declaration, the policy and (optionally) the tool registry's lanes and
+privileged flags.
 `COVERAGE` says, for every one of the eighteen items, which rule catches it or which runtime
 refusal or test makes it impossible. Findings carry the file, the line and the key path.
 """
@@ -125,8 +126,8 @@ _HOW: Final[Mapping[str, str]] = {
     " decided on, receipts included; `fsm-agent replay` re-evaluates every guard from the"
     " journal alone and proves the halt reason (tests/test_replay.py)",
 }
-#: Every red flag and exit criterion of the halt-path review -> the rule that catches it, or what makes it
-#: impossible at runtime, or the test that keeps it out.
+#: Every red flag and exit criterion of the halt-path review -> the rule that catches it, or
+#: what makes it impossible at runtime, or the test that keeps it out.
 COVERAGE: Final[dict[str, str]] = {code: f"{CHECKLIST[code]} → {_HOW[code]}" for code in _HOW}
 #: Codes with a static rule; every other code in `COVERAGE` is a runtime refusal or a test.
 _STATIC: Final = (

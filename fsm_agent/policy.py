@@ -107,8 +107,8 @@ class RoutingPolicy:
 
 @attrs.frozen
 class Policy:
-    """A halt policy in the `halt-policy.yml` shape. `source` and `lines` (key path -> line) say where
-    it was read from; they are not part of its value."""
+    """A halt policy in the `halt-policy.yml` shape. `source` and `lines` (key path -> line)
+    say where it was read from; they are not part of its value."""
 
     control_plane: ControlPlanePolicy
     data_plane: DataPlanePolicy

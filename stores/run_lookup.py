@@ -79,8 +79,10 @@ class RunLookup:
     def run_ids_from(self, prefix: str, limit: int) -> list[str]:
         """Up to `limit` run ids that start with `prefix`, in byte order: one range read of
         the primary key (the ids with a prefix follow the prefix itself)."""
-        p = self._placeholder
-        sql = f"SELECT run_id FROM runs WHERE run_id >= {p('prefix')} ORDER BY run_id LIMIT {p('n')}"
+        p = self._placeholder  # the store's own placeholder syntax; every value is bound
+        sql = (
+            f"SELECT run_id FROM runs WHERE run_id >= {p('prefix')} ORDER BY run_id LIMIT {p('n')}"  # noqa: S608
+        )
         found: list[str] = []
         for (run_id,) in self._tuples(sql, {"prefix": prefix, "n": limit}):
             if not run_id.startswith(prefix):

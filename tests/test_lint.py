@@ -18,10 +18,10 @@ import pytest
 from fsm_agent.errors import InvalidInputError, MachineSpecError
 from fsm_agent.lanes import Lane
 from fsm_agent.lint import (
+    CHECKLIST,
     COVERAGE,
     RECEIPT_GUARDS,
     RULES,
-    CHECKLIST,
     Finding,
     format_findings,
     lint,

@@ -1,4 +1,4 @@
-"""`python -m examples.payments_retry`: run the payments retry agent's scenarios and print how each halted."""
+"""`python -m examples.payments_retry`: run the payments scenarios and print how each halted."""
 
 from examples.runner import main
 

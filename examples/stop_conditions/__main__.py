@@ -1,4 +1,4 @@
-"""`python -m examples.stop_conditions`: run the stop conditions' scenarios and print how each halted."""
+"""`python -m examples.stop_conditions`: run its scenarios and print how each halted."""
 
 from examples.runner import main
 
