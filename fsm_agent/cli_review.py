@@ -172,7 +172,12 @@ def import_(file: str, db: str, as_json: bool) -> None:
 @cli.command()
 @db_option
 @click.option("--machine", help="Only runs of this machine.")
-@click.option("--since", help="Only runs started at or after this ISO date or timestamp (UTC).")
+@click.option(
+    "--since",
+    metavar="TIME",
+    help="Only runs started at or after TIME: an ISO date or timestamp (UTC unless it says"
+    " otherwise), or a time ago: 30m, 12h, 2d, 1w.",
+)
 @json_option
 @cli_errors
 def stats(db: str, machine: str | None, since: str | None, as_json: bool) -> None:

@@ -381,3 +381,20 @@ def test_no_public_docstring_or_shipped_file_names_a_source_document() -> None:
     for path in shipped:
         if path.is_file() and path.suffix in {".py", ".yaml", ".yml", ".json"}:
             assert not SOURCE_DOCUMENT.search(path.read_text(encoding="utf-8")), path
+
+
+def test_relative_times_count_back_from_now_and_stats_takes_them(journal: str) -> None:
+    import datetime
+
+    from fsm_agent.stats import time_key
+
+    now = datetime.datetime(2026, 1, 10, 12, tzinfo=datetime.UTC)
+    assert time_key("90m", now=now) == "2026-01-10T10:30:00.000+00:00"
+    assert time_key("2d", now=now) == "2026-01-08T12:00:00.000+00:00"
+    assert time_key("1w", now=now) == "2026-01-03T12:00:00.000+00:00"
+    assert time_key("45s", now=now) == "2026-01-10T11:59:15.000+00:00"
+    assert time_key("2026-01-31T12:00:00+02:00") == "2026-01-31T10:00:00.000+00:00"
+    counted = json.loads(invoke("stats", "--db", journal, "--since", "1h", "--json").stdout)
+    assert sum(m["runs"] for m in counted["machines"]) == len(IDS)
+    none = json.loads(invoke("stats", "--db", journal, "--since", "0s", "--json").stdout)
+    assert none["machines"] == []
