@@ -1,1 +1,1 @@
-"""Runnable scenarios from the seeds; `fsm-agent demo` runs them all."""
+"""Runnable example scenarios; `fsm-agent demo` runs them all."""

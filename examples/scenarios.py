@@ -1,4 +1,4 @@
-"""Every runnable scenario from the seeds, as data; `fsm-agent demo` and the tests run them all.
+"""Every runnable example scenario, as data; `fsm-agent demo` and the tests run them all.
 
 A scenario names its machine (a `machines` package name, or a YAML path relative to this
 package), its scripted model replies (a JSON file relative to this package), its tools module,
@@ -63,7 +63,7 @@ _STOP_TASK = "How long is the refund window?"
 _STOP_TOOLS = "fsm_agent.examples.stop_conditions.tools"
 
 SCENARIOS: Final[list[Scenario]] = [
-    # --- seed 001: the halt lab ----------------------------------------------------------
+    # --- the halt lab -------------------------------------------------------------------
     Scenario(
         name="halt_lab.looping",
         example=_LAB,
@@ -107,7 +107,7 @@ SCENARIOS: Final[list[Scenario]] = [
         expected=HaltReason.COMPLETED,
         description="lookup returns a receipt, then {'answer': 'swordfish'} is backed by it",
     ),
-    # --- seed 000: payments retry ---------------------------------------------------------
+    # --- the payments retry agent --------------------------------------------------------
     Scenario(
         name="payments_retry.settles",
         example=_PAY,
@@ -149,7 +149,7 @@ SCENARIOS: Final[list[Scenario]] = [
         expected=HaltReason.MAX_STEPS,
         description="206 forever: the step budget ends it, never a success",
     ),
-    # --- seed 002: stop conditions ----------------------------------------------------------
+    # --- the stop conditions ---------------------------------------------------------------
     Scenario(
         name="stop_conditions.happy",
         example=_STOP,

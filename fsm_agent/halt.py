@@ -1,7 +1,7 @@
 """Halt reasons: one frozen enum, each reason mapped to exactly one terminal state.
 
-The first six are spelled exactly as in seed 001. Nothing outside this enum is ever
-written as a halt reason.
+The first six are the halt contract's own reasons, spelled exactly as it spells them.
+Nothing outside this enum is ever written as a halt reason.
 """
 
 from __future__ import annotations
@@ -118,3 +118,37 @@ def exit_code(reason: HaltReason, signum: int | None = None) -> int:
     if reason is HaltReason.INTERNAL_ERROR:  # a fault (user code raised), not a handoff
         return EXIT_INTERNAL_ERROR
     return EXIT_CODE[terminal_state(reason)]
+
+
+#: Exit codes of `fsm-agent run` that are not one halt's, -> what they mean.
+_OTHER_EXITS: Final = MappingProxyType(
+    {
+        EXIT_INVALID_INPUT: "invalid input, before anything ran: a bad machine, policy, budget,"
+        " model spec or endpoint, tools module, option or output path",
+        EXIT_INTERNAL_ERROR: "internal error: user code raised (the halt is internal_error), or"
+        " the journal cannot be written",
+        EXIT_PAUSED: "a person paused the run (fsm-agent pause); it waits for fsm-agent resume",
+    }
+)
+#: The exit code of a run a signal ended, as the help spells it.
+SIGNAL_EXIT: Final = "128+N"
+
+
+def run_exit_codes() -> dict[str, str]:
+    """Every exit code `fsm-agent run` can return -> what it means, in numeric order: each
+    halt's (from `exit_code`, naming the reasons that end there), invalid input, internal
+    error, paused, and 128+N for a signal."""
+    reasons: dict[int, list[str]] = {}
+    for reason in HaltReason:
+        reasons.setdefault(exit_code(reason), []).append(reason.value)
+    states = {code: state for state, code in EXIT_CODE.items()}
+    meaning: dict[int, str] = {}
+    for code in sorted({*reasons, *_OTHER_EXITS}):
+        halts = ", ".join(reasons.get(code, ()))
+        if code in states:
+            meaning[code] = f"the run ended in {states[code]} ({halts})"
+        else:
+            meaning[code] = _OTHER_EXITS[code]
+    table = {str(code): text for code, text in meaning.items()}
+    table[SIGNAL_EXIT] = "signal N interrupted the run (interrupted; 143 SIGTERM, 130 SIGINT)"
+    return table

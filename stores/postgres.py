@@ -66,14 +66,16 @@ from fsm_agent.stores.postgres_schema import (
     append_rows,
 )
 from fsm_agent.stores.run_chains import RunChains
+from fsm_agent.stores.run_lookup import RunLookup
 
 Verb = Literal["read", "write"]
 
 
-class PostgresStore(RunChains):
+class PostgresStore(RunLookup, RunChains):
     """A journal in a PostgreSQL database (the tables of the DSN's search path)."""
 
     SELECT_CHAIN = "SELECT chain FROM runs WHERE run_id = %s"
+    SELECT_RUNS_FOR_LIST = SELECT_RUNS
 
     def __init__(
         self, dsn: str, *, chain_key: bytes | None = None, read_only: bool = False
@@ -304,9 +306,12 @@ class PostgresStore(RunChains):
             raise RunNotFound(run_id, path=self.location)
         return codec.run_row(rows[0], self._error)
 
-    def list_runs(self, limit: int = 20) -> list[RunRow]:
-        sql = f"{SELECT_RUNS} ORDER BY r.started_at DESC, r.run_id DESC LIMIT %s"
-        return [codec.run_row(r, self._error) for r in self._rows(sql, (limit,))]
+    def _run_rows(self, sql: str, params: dict[str, Any]) -> list[RunRow]:
+        return [codec.run_row(r, self._error) for r in self._rows(sql, params)]
+
+    @staticmethod
+    def _placeholder(name: str) -> str:
+        return f"%({name})s"
 
     def run_summaries(
         self, machine: str | None = None, since: str | None = None

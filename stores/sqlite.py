@@ -37,6 +37,7 @@ from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.stores import codec
 from fsm_agent.stores import sqlite_schema as queue_sql
 from fsm_agent.stores.run_chains import RunChains
+from fsm_agent.stores.run_lookup import RunLookup
 from fsm_agent.stores.sqlite_open import Synchronous, explain, open_journal
 from fsm_agent.stores.sqlite_schema import (
     APPEND_EVENT,
@@ -76,11 +77,12 @@ class _Row(sqlite3.Row):
             return default
 
 
-class SqliteStore(RunChains):
+class SqliteStore(RunLookup, RunChains):
     """A journal in one SQLite file (default `./fsm-agent.db`); `read_only=True` opens it
     only to read (nothing is created, migrated or written)."""
 
     SELECT_CHAIN = "SELECT chain FROM runs WHERE run_id = ?"
+    SELECT_RUNS_FOR_LIST = SELECT_RUNS
 
     def __init__(
         self,
@@ -303,10 +305,13 @@ class SqliteStore(RunChains):
             raise RunNotFound(run_id, path=self.path)
         return codec.run_row(rows[0], self._error)
 
-    def list_runs(self, limit: int = 20) -> list[RunRow]:
-        sql = f"{SELECT_RUNS} ORDER BY r.started_at DESC, r.run_id DESC LIMIT ?"
-        rows = self._read(lambda: list(self.db.query(sql, [limit])))
+    def _run_rows(self, sql: str, params: dict[str, Any]) -> list[RunRow]:
+        rows = self._read(lambda: list(self.db.query(sql, params)))
         return [codec.run_row(r, self._error) for r in rows]
+
+    @staticmethod
+    def _placeholder(name: str) -> str:
+        return f":{name}"
 
     def run_summaries(
         self, machine: str | None = None, since: str | None = None

@@ -16,10 +16,10 @@ import attrs
 import pytest
 
 from fsm_agent.declaration.lint import (
+    CHECKLIST,
     COVERAGE,
     RECEIPT_GUARDS,
     RULES,
-    SEED_ITEMS,
     Finding,
     format_findings,
     lint,
@@ -372,9 +372,9 @@ def test_coverage_lists_every_red_flag_and_exit_criterion_exactly_once() -> None
     assert list(COVERAGE) == ALL_CODES
     for code in ALL_CODES:
         kind = "red flag" if code.startswith("HP") else "exit criterion"
-        assert SEED_ITEMS[code].startswith(f"{kind} {int(code[2:])}: ")
-        assert COVERAGE[code].startswith(f"{SEED_ITEMS[code]} → ")
-    labels = [SEED_ITEMS[c].split(":")[0] for c in ALL_CODES]
+        assert CHECKLIST[code].startswith(f"{kind} {int(code[2:])}: ")
+        assert COVERAGE[code].startswith(f"{CHECKLIST[code]} → ")
+    labels = [CHECKLIST[c].split(":")[0] for c in ALL_CODES]
     assert len(set(labels)) == 18
 
 

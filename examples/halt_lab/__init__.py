@@ -1,1 +1,1 @@
-"""Seed 001's halt lab: a lookup tool that tries to trap the loop."""
+"""The halt lab: a lookup tool that tries to trap the loop."""

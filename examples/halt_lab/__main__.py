@@ -1,4 +1,4 @@
-"""`python -m fsm_agent.examples.halt_lab`: run seed 001's four lab scenarios and print how each
+"""`python -m fsm_agent.examples.halt_lab`: run the halt lab's four scenarios and print how each
 halted."""
 
 from fsm_agent.examples.runner import main

@@ -1,7 +1,7 @@
 """The lab's tools. `lookup` always says "try again" unless it knows the fact.
 
 `slow_lookup` sleeps for the time its `sleep_ms` argument names (the wall-clock checkpoint,
-no environment needed); `lookup` still honours `LOOKUP_SLEEP_MS` as in the seed; `hang`
+no environment needed); `lookup` still honours `LOOKUP_SLEEP_MS` (the lab's original knob); `hang`
 never returns in time.
 """
 

@@ -1,1 +1,1 @@
-"""Seed 000's payments retry agent: success only from capture receipts and the webhook."""
+"""The payments retry agent: success only from capture receipts and the webhook."""

@@ -1,4 +1,4 @@
-"""`python -m fsm_agent.examples.payments_retry`: run seed 000's scenarios and print how each
+"""`python -m fsm_agent.examples.payments_retry`: run the payments scenarios and print how each
 halted."""
 
 from fsm_agent.examples.runner import main

@@ -1,1 +1,1 @@
-"""Seed 002's three honest stops: success by predicate, budget, and handoff."""
+"""The stop conditions' three honest stops: success by predicate, budget, and handoff."""

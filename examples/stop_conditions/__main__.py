@@ -1,5 +1,4 @@
-"""`python -m fsm_agent.examples.stop_conditions`: run seed 002's scenarios and print how each
-halted."""
+"""`python -m fsm_agent.examples.stop_conditions`: run its scenarios and print how each halted."""
 
 from fsm_agent.examples.runner import main
 

@@ -1,4 +1,4 @@
-"""Seed 002's search tool: a hit returns `final` with a receipt; a miss returns nothing.
+"""The stop conditions' search tool: a hit returns `final` with a receipt; a miss returns nothing.
 
 `goal_satisfied` reads the result: only a hit (complete receipt plus `final`) ends a run as
 success. There is deliberately no `click_pay` tool: proposing it is refused before it runs.

@@ -6,20 +6,28 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import click
 
 from fsm_agent.errors import RunPaused
 from fsm_agent.halt import EXIT_PAUSED, exit_code
-from fsm_agent.journal.store import Event
+from fsm_agent.journal import serde
+from fsm_agent.journal.store import Event, RunRow
 from fsm_agent.runtime.record import HaltRecord, record_json
 from fsm_agent.runtime.snapshot import SUCCESS_RULES
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="fsm-agent")
+@click.version_option(None, "-V", "--version", package_name="fsm-agent")
 def cli() -> None:
-    """Run AI agents as declared finite-state machines; every halt is named and journaled."""
+    """Run AI agents as declared finite-state machines; every halt is named and journaled.
+
+    Wherever a command takes RUN_ID, a unique prefix of a run id will do, and @latest
+    names the run started last on the journal. Commands that print a result take --json.
+    Shell completion: eval "$(_FSM_AGENT_COMPLETE=bash_source fsm-agent)" (zsh_source,
+    fish_source for the other shells).
+    """
 
 
 def progress_line(quiet: bool) -> Callable[[Event], None]:
@@ -79,3 +87,15 @@ def finish(record: HaltRecord, record_path: str, as_json: bool) -> None:
         click.echo(summary(record))
         click.echo(f"record: {record_path}")
     sys.exit(exit_code(record.halt_reason, record.signal))
+
+
+def run_dict(row: RunRow) -> dict[str, Any]:
+    """A run's row as `runs --json` and `show --json` print it: no declaration text, no
+    record (show prints that apart), and its status as people read it (`shown_status`)."""
+    from fsm_agent.runtime.resume import shown_status
+
+    data: dict[str, Any] = serde.unstructure(row)
+    data.pop("machine_text")
+    data.pop("record")
+    data["shown_status"] = shown_status(row)  # `interrupted` when its process is gone
+    return data

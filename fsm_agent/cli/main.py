@@ -1,8 +1,7 @@
 """The `fsm-agent` command: a thin layer over the library.
 
-Library errors become `Error: …` and an exit code at one boundary (`cli_options.cli_errors`):
-0 the run reached `done`; 3 `budget_exhausted`; 4 `handoff`; 2 invalid input; 70 internal
-error; 75 paused; 128+N when signal N interrupted the run.
+Library errors become `Error: …` and an exit code at one boundary (`cli_options.cli_errors`);
+`fsm_agent.halt.run_exit_codes` lists every code `run` returns (its help prints them).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 import click
 
 from fsm_agent.adapters.models import ModelAdapter
-from fsm_agent.cli.group import cli, finish, paused_or, progress_line, summary
+from fsm_agent.cli.group import cli, finish, paused_or, progress_line, run_dict, summary
 from fsm_agent.cli.options import (
     InternalProblem,
     OutputPath,
@@ -34,15 +33,30 @@ from fsm_agent.cli.options import (
     shown,
 )
 from fsm_agent.declaration.load import load_machine
-from fsm_agent.halt import HaltReason
+from fsm_agent.halt import run_exit_codes
 from fsm_agent.journal import serde
-from fsm_agent.journal.store import Event, RunRow
+from fsm_agent.journal.store import Event
+from fsm_agent.run_ids import resolve_run_id
 from fsm_agent.runtime.record import DEFAULT_RECORD_PATH
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
 from fsm_agent.runtime.worker import run as run_machine
 
 
-@cli.command()
+def _run_help() -> str:
+    import textwrap
+
+    codes = "\n".join(
+        textwrap.fill(text, 78, initial_indent=f"  {code:<6} ", subsequent_indent=" " * 9)
+        for code, text in run_exit_codes().items()
+    )
+    return (
+        "Run TASK on MACHINE (a declared name or a .yaml path) until it halts.\n\n"
+        "Prints the run id, a live `step N/M` line per transition (stderr), and the halt.\n\n"
+        f"\b\nExit codes:\n{codes}"
+    )
+
+
+@cli.command(help=_run_help())
 @click.argument("machine")
 @click.option("--task", required=True, help="What the agent is asked to do.")
 @model_options
@@ -88,11 +102,7 @@ def run(
     quiet: bool,
     secret_env: tuple[str, ...],
 ) -> None:
-    """Run TASK on MACHINE (a declared name or a .yaml path) until it halts.
-
-    Prints the run id, a live `step N/M` line per transition (stderr), and the halt.
-    Exit code: 0 done, 3 budget_exhausted, 4 handoff, 2 invalid input, 70 internal error.
-    """
+    """Run TASK on MACHINE until it halts (the help, with every exit code: `_run_help`)."""
     refuse_overlaps(
         db,
         {"--record": record_path, "--trace-copy": trace_copy},
@@ -132,51 +142,6 @@ def run(
     finish(record, record_path, as_json)
 
 
-def _run_dict(row: RunRow) -> dict[str, Any]:
-    from fsm_agent.runtime.resume import shown_status
-
-    data: dict[str, Any] = serde.unstructure(row)
-    data.pop("machine_text")
-    data.pop("record")
-    data["shown_status"] = shown_status(row)  # `interrupted` when its process is gone
-    return data
-
-
-RUNS_HEADER = ("RUN", "MACHINE", "HALT", "STEPS", "STARTED")
-
-
-@cli.command()
-@db_option
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
-@json_option
-@cli_errors
-def runs(db: str, limit: int, as_json: bool) -> None:
-    """List recent runs: id, machine, halt reason, steps used/max, start time."""
-    with read_journal(db) as store:
-        rows = store.list_runs(limit)
-    if as_json:
-        click.echo(json.dumps([_run_dict(r) for r in rows], indent=2))
-        return
-    if not rows:
-        click.echo(f"no runs in {shown(db)}")
-        return
-    from fsm_agent.runtime.resume import shown_status
-
-    table = []
-    for r in rows:
-        reason = r.halt_reason.value if r.halt_reason else f"({shown_status(r)})"
-        cap = r.record.max_steps if r.record is not None else r.budgets.max_steps  # raised?
-        table.append((r.run_id, r.machine, reason, f"{r.steps_used}/{cap}", r.started_at))
-    widths = [max(len(row[i]) for row in [RUNS_HEADER, *table]) for i in range(4)]
-    widths[2] = max(widths[2], max(len(h.value) for h in HaltReason))  # every reason fits
-    for row in [RUNS_HEADER, *table]:
-        rid, machine, reason, steps, started = row
-        click.echo(
-            f"{rid:<{widths[0]}}  {machine:<{widths[1]}}  {reason:<{widths[2]}}"
-            f"  {steps:>{widths[3]}}  {started}"
-        )
-
-
 @cli.command()
 @click.argument("run_id")
 @db_option
@@ -187,12 +152,13 @@ def show(run_id: str, db: str, as_json: bool) -> None:
     from fsm_agent.journal.chain import verify_run
 
     with read_journal(db) as store:
+        run_id = resolve_run_id(store, run_id)
         row = store.get_run(run_id)
         events = store.events(run_id)
         chain = verify_run(store, run_id)
     if as_json:
         data = {
-            "run": _run_dict(row),
+            "run": run_dict(row),
             "record": serde.unstructure(row.record),
             "events": [serde.unstructure(e) for e in events],
             "chain": serde.unstructure(chain) | {"ok": chain.ok},
@@ -220,11 +186,18 @@ def show(run_id: str, db: str, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("machine")
+@json_option
 @cli_errors
-def validate(machine: str) -> None:
+def validate(machine: str, as_json: bool) -> None:
     """Load and check MACHINE (a declared name or a .yaml path); exit 2 with the error."""
     spec = load_machine(machine)
     declared = [t for t in spec.transitions if not t.implicit]
+    if as_json:
+        data = {"ok": True, "machine": spec.name, "states": len(spec.states),
+                "transitions": len(declared), "sha256": spec.sha256,
+                "source": str(spec.source)}  # fmt: skip
+        click.echo(json.dumps(data, indent=2))
+        return
     click.echo(
         f"ok: {spec.name} ({len(spec.states)} states, {len(declared)} transitions,"
         f" sha256 {spec.sha256[:12]}) from {spec.source}"
@@ -239,31 +212,40 @@ def validate(machine: str) -> None:
     type=OutputPath(directory=True),
     help="Directory for the halt records (default: a temporary directory).",
 )
+@json_option
 @cli_errors
-def demo(db: str, records_dir: str | None) -> None:
+def demo(db: str, records_dir: str | None, as_json: bool) -> None:
     """Run every example scenario and print how each one halted."""
     from fsm_agent.examples.scenarios import SCENARIOS, run_scenario
 
     refuse_overlaps(db, {"--records": records_dir})
+    say = (lambda line: None) if as_json else click.echo
+    results: list[dict[str, Any]] = []
     with contextlib_tempdir(records_dir) as folder, journal_store(db) as store:
-        click.echo(f"journal: {shown(db)}   records: {folder}")
-        header = f"{'SCENARIO':<31}  {'STATE':<16}  {'HALT REASON':<17}  {'STEPS':>5}  OK   RUN"
-        click.echo(header)
-        wrong = []
+        say(f"journal: {shown(db)}   records: {folder}")
+        say(f"{'SCENARIO':<31}  {'STATE':<16}  {'HALT REASON':<17}  {'STEPS':>5}  OK   RUN")
         for n, scenario in enumerate(SCENARIOS, 1):
             record = run_scenario(scenario, store=store, record_path=folder / f"{n:02d}.json")
             ok = record.halt_reason is scenario.expected
-            if not ok:
-                wrong.append(f"{scenario.name}: {record.halt_reason.value}")
+            results.append({"scenario": scenario.name, "state": record.terminal_state,
+                            "halt_reason": record.halt_reason.value,
+                            "expected": scenario.expected.value, "ok": ok,
+                            "steps_used": record.steps_used, "max_steps": record.max_steps,
+                            "run_id": record.run_id})  # fmt: skip
             steps = f"{record.steps_used}/{record.max_steps}"
-            click.echo(
+            say(
                 f"{scenario.name:<31}  {record.terminal_state:<16}"
                 f"  {record.halt_reason.value:<17}  {steps:>5}  {'yes' if ok else 'NO ':<3}"
                 f"  {record.run_id}"
             )
-    click.echo(
-        f"{len(SCENARIOS)} scenarios; inspect one with: fsm-agent show RUN_ID --db {shell_arg(db)}"
-    )
+    wrong = [f"{r['scenario']}: {r['halt_reason']}" for r in results if not r["ok"]]
+    if as_json:
+        data = {"journal": shown(db), "records": records_dir, "ok": not wrong,
+                "scenarios": results}  # fmt: skip
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(f"{len(SCENARIOS)} scenarios; inspect one with: fsm-agent show RUN_ID"
+                   f" --db {shell_arg(db)}")  # fmt: skip
     if wrong:
         raise InternalProblem("unexpected halts: " + "; ".join(wrong))
 
@@ -282,9 +264,10 @@ def main() -> None:
     cli(prog_name="fsm-agent")
 
 
-# The incident-review and operations commands register themselves on `cli`.
+# The listing, incident-review and operations commands register themselves on `cli`.
 from fsm_agent.cli import ops as cli_ops  # noqa: E402, F401
 from fsm_agent.cli import queue as cli_queue  # noqa: E402, F401
 from fsm_agent.cli import review as cli_review  # noqa: E402, F401
+from fsm_agent.cli import runs as cli_runs  # noqa: E402, F401
 
 __all__ = ["cli", "main"]

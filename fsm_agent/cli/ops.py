@@ -21,6 +21,7 @@ from fsm_agent.cli.options import (
     model_options,
     read_journal,
     refuse_overlaps,
+    say_result,
     shell_arg,
     shown,
 )
@@ -31,7 +32,7 @@ from fsm_agent.journal.chain import require_keyed as require_keyed_chain
 from fsm_agent.journal.chain_key import key_from_env, read_key_file
 from fsm_agent.journal.runfile import read_run_file, verify_run_file
 from fsm_agent.journal.store import Event
-from fsm_agent.run_ids import names_a_file
+from fsm_agent.run_ids import names_a_file, resolve_run_id
 from fsm_agent.runtime.record import DEFAULT_RECORD_PATH, HaltRecord, read_record
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
 
@@ -66,7 +67,7 @@ def _verify_reports(
     if source is None and not all_runs:
         raise InvalidInputError("give a RUN_ID, a run FILE, or --all (or --record FILE)")
     with read_journal(db) as store:
-        ids = store.run_ids() if source is None else [source]
+        ids = store.run_ids() if source is None else [resolve_run_id(store, source)]
         _same_run(record_file, ids[0] if ids else "", source or "")
         return [verify_run(store, run_id, key=key, record_file=record_file) for run_id in ids]
 
@@ -154,13 +155,15 @@ def verify(
 @click.option("--why", required=True, help="Why (journaled with the act).")
 @click.option("--who", help="Who pauses it (default: the login name).")
 @db_option
+@json_option
 @cli_errors
-def pause(run_id: str, why: str, who: str | None, db: str) -> None:
+def pause(run_id: str, why: str, who: str | None, db: str, as_json: bool) -> None:
     """Pause a live run: before its next model call it journals the pause and its process
     ends; the run waits, with its frozen budgets, for `fsm-agent resume RUN_ID`."""
     from fsm_agent.cli.review import signed_control
 
     with journal_store(db, must_exist=True) as store:
+        run_id = resolve_run_id(store, run_id)
         run = store.get_run(run_id)
         if run.status != "running":
             job = store.job(run_id)
@@ -171,9 +174,11 @@ def pause(run_id: str, why: str, who: str | None, db: str) -> None:
                 + (hint if queued else "")
             )
         number = store.add_control(signed_control(run_id, "pause", {}, who, why))
-    click.echo(
+    say_result(
+        as_json,
+        {"control": number, "run_id": run_id},
         f"pause of {run_id} queued (#{number}); the run stops before its next model call."
-        f" Continue it with: fsm-agent resume {run_id} --db {shell_arg(db)} --model …"
+        f" Continue it with: fsm-agent resume {run_id} --db {shell_arg(db)} --model …",
     )
 
 
@@ -220,6 +225,7 @@ def resume(
     refuse_overlaps(db, {"--record": record_path, "--trace-copy": trace_copy})
     tools = load_tools(tools_module, here()) if tools_module else ToolRegistry()
     with journal_store(db, must_exist=True) as store:
+        run_id = resolve_run_id(store, run_id)
         live = progress_line(quiet)
 
         def on_transition(event: Event) -> None:
@@ -245,11 +251,13 @@ def resume(
 
 @cli.command()
 @db_option
+@json_option
 @cli_errors
-def migrate(db: str) -> None:
+def migrate(db: str, as_json: bool) -> None:
     """Bring the journal's schema up to date (or create it): the one write that commands
     that only read (runs, show, replay, export, report, stats, verify, queue) leave to you.
     Every command that writes does it too; a foreign database is refused, never touched."""
     with journal_store(db):
         pass
-    click.echo(f"journal {shown(db)} is up to date")
+    say_result(as_json, {"journal": shown(db), "up_to_date": True},
+               f"journal {shown(db)} is up to date")  # fmt: skip

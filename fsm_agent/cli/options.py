@@ -148,6 +148,13 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(fn)
 
 
+def say_result(as_json: bool, data: dict[str, Any], text: str) -> None:
+    """A command's result: `data` as one JSON object with `--json`, else the line `text`."""
+    import json
+
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+
+
 _BUDGET_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--max-steps", "max_steps", int, "Cap on model calls (retries included)."),
     ("--wall-clock-ms", "wall_clock_ms", int, "Cap on the run's real time."),

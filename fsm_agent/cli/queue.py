@@ -27,6 +27,7 @@ from fsm_agent.cli.options import (
     model_factory_options,
     read_journal,
     refuse_overlaps,
+    say_result,
     shell_arg,
     shown,
 )
@@ -48,9 +49,15 @@ from fsm_agent.run_ids import check_run_id, shown_run_id
     " or digit first; refused if the journal has it already.",
 )
 @db_option
+@json_option
 @cli_errors
 def submit(
-    machine: str, task: str, budgets: dict[str, int | float | None], run_id: str | None, db: str
+    machine: str,
+    task: str,
+    budgets: dict[str, int | float | None],
+    run_id: str | None,
+    db: str,
+    as_json: bool,
 ) -> None:
     """Queue a run of MACHINE (a declared name or a .yaml path) for a worker; print its id.
 
@@ -61,7 +68,9 @@ def submit(
         check_run_id(run_id, where="--run-id")  # before the journal is opened
     with journal_store(db) as store:
         job = submit_job(store, machine, task, budgets, run_id=run_id)
-    click.echo(job.run_id)
+    data = {"run_id": job.run_id, "machine": job.machine, "status": job.status,
+            "budgets": serde.unstructure(job.budgets)}  # fmt: skip
+    say_result(as_json, data, job.run_id)
 
 
 @cli.command()
@@ -216,8 +225,9 @@ def _print_jobs(jobs: list[Job]) -> None:
 @click.option("--why", required=True, help="Why (kept with the job).")
 @click.option("--who", help="Who takes it out (default: the login name).")
 @db_option
+@json_option
 @cli_errors
-def dequeue(run_id: str, why: str, who: str | None, db: str) -> None:
+def dequeue(run_id: str, why: str, who: str | None, db: str, as_json: bool) -> None:
     """Take a job out of the run queue: one that is queued, or whose worker is gone (its
     lease expired). Never started: cancelled. Started: its run waits for `fsm-agent resume`.
     A job a live worker holds is refused: pause its run (that takes it out too)."""
@@ -227,12 +237,15 @@ def dequeue(run_id: str, why: str, who: str | None, db: str) -> None:
     with journal_store(db, must_exist=True) as store:
         status = store.dequeue_job(run_id, f"dequeued by {by} at {at}: {why}")
         job = store.job(run_id) if status is None else None  # why it was not dequeued
+    data = {"run_id": run_id, "status": status}
     if status == "cancelled":
-        click.echo(f"job {run_id} cancelled: its run never started")
+        say_result(as_json, data, f"job {run_id} cancelled: its run never started")
     elif status == "done":
-        click.echo(
+        say_result(
+            as_json,
+            data,
             f"job {run_id} taken out of the queue; its run waits, as last journaled, for"
-            f" `fsm-agent resume {run_id} --db {shell_arg(db)} --model …`"
+            f" `fsm-agent resume {run_id} --db {shell_arg(db)} --model …`",
         )
     elif job is None:
         raise InvalidInputError(

@@ -22,6 +22,7 @@ from fsm_agent.cli.options import (
     json_option,
     read_journal,
     refuse_overlaps,
+    say_result,
     shown,
 )
 from fsm_agent.declaration.load import load_machine, parse_machine
@@ -38,7 +39,7 @@ from fsm_agent.review.diagram import (
 )
 from fsm_agent.review.replay import ReplayReport, replay_events, with_chain
 from fsm_agent.review.view import format_step
-from fsm_agent.run_ids import names_a_file
+from fsm_agent.run_ids import names_a_file, resolve_run_id
 from fsm_agent.runtime.record import atomic_write_text
 
 
@@ -57,7 +58,8 @@ def _load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainRepor
         run_file = read_run_file(source)
         return run_file.run, list(run_file.events), verify_run_file(run_file)
     with read_journal(db) as store:  # one read-only open for the run and its verdict
-        return store.get_run(source), store.events(source), verify_run(store, source)
+        run_id = resolve_run_id(store, source)
+        return store.get_run(run_id), store.events(run_id), verify_run(store, run_id)
 
 
 def _exit_code(report: ReplayReport) -> int:
@@ -133,18 +135,22 @@ def replay(
 @click.argument("run_id")
 @click.option("-o", "--output", required=True, type=OutputPath(), help="Run file to write.")
 @db_option
+@json_option
 @cli_errors
-def export_(run_id: str, output: str, db: str) -> None:
+def export_(run_id: str, output: str, db: str, as_json: bool) -> None:
     """Write one run (row, events, halt record, machine declaration and its hash) to a
     self-contained JSON file, atomically: how traces leave the box for a review."""
     from fsm_agent.journal.runfile import export_run, write_run_file
 
     refuse_overlaps(db, {"--output": output})
     with read_journal(db) as store:
+        run_id = resolve_run_id(store, run_id)
         run_file = export_run(store, run_id)
         chain = verify_run(store, run_id)
     write_run_file(run_file, output)
-    click.echo(f"exported run {run_id} ({len(run_file.events)} events) to {output}")
+    data = {"run_id": run_id, "events": len(run_file.events), "output": output,
+            "chain": chain.verdict(), "chain_ok": chain.ok}  # fmt: skip
+    say_result(as_json, data, f"exported run {run_id} ({len(run_file.events)} events) to {output}")
     if not chain.checked and not chain.findings:  # a keyed run, exported without its key
         click.echo(f"note: {chain.verdict()}; the file keeps the chain as stored", err=True)
     elif not chain.ok:  # the file keeps the chain as stored: `verify FILE` says the same
@@ -155,8 +161,9 @@ def export_(run_id: str, output: str, db: str) -> None:
 @cli.command("import")
 @click.argument("file", type=click.Path(dir_okay=False))
 @db_option
+@json_option
 @cli_errors
-def import_(file: str, db: str) -> None:
+def import_(file: str, db: str, as_json: bool) -> None:
     """Load a run file into the journal; a run id already there is refused, never
     overwritten."""
     from fsm_agent.journal.runfile import import_run, read_run_file
@@ -164,15 +171,20 @@ def import_(file: str, db: str) -> None:
     run_file = read_run_file(file)
     with journal_store(db) as store:
         import_run(store, run_file, source=file)
-    click.echo(
-        f"imported run {run_file.run.run_id} ({len(run_file.events)} events) into {shown(db)}"
-    )
+    run_id, events = run_file.run.run_id, len(run_file.events)
+    data = {"run_id": run_id, "events": events, "journal": shown(db)}
+    say_result(as_json, data, f"imported run {run_id} ({events} events) into {shown(db)}")
 
 
 @cli.command()
 @db_option
 @click.option("--machine", help="Only runs of this machine.")
-@click.option("--since", help="Only runs started at or after this ISO date or timestamp (UTC).")
+@click.option(
+    "--since",
+    metavar="TIME",
+    help="Only runs started at or after TIME: an ISO date or timestamp (UTC unless it says"
+    " otherwise), or a time ago: 30m, 12h, 2d, 1w.",
+)
 @json_option
 @cli_errors
 def stats(db: str, machine: str | None, since: str | None, as_json: bool) -> None:
@@ -235,8 +247,9 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
 @click.argument("source")
 @click.option("-o", "--output", required=True, type=OutputPath(), help="HTML file to write.")
 @db_option
+@json_option
 @cli_errors
-def report_(source: str, output: str, db: str) -> None:
+def report_(source: str, output: str, db: str, as_json: bool) -> None:
     """Write one self-contained HTML incident report for a run (id or run file): the halt
     record, the machine with the run's path, the replay verdict and every transition."""
     from fsm_agent.review.report import incident_report, write_report
@@ -248,7 +261,8 @@ def report_(source: str, output: str, db: str) -> None:
     except GraphvizMissing as exc:
         raise InvalidInputError(f"the report draws the run's path as SVG: {exc}") from exc
     write_report(page, output)
-    click.echo(f"wrote incident report of run {run.run_id} to {output}")
+    data = {"run_id": run.run_id, "output": output}
+    say_result(as_json, data, f"wrote incident report of run {run.run_id} to {output}")
 
 
 @cli.command()
@@ -261,13 +275,23 @@ def report_(source: str, output: str, db: str) -> None:
     " machines/halt-policy.yml).",
 )
 @click.option("--tools", "tools_module", help="Also check the lanes of this tools module.")
+@json_option
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text, or json (the same as --json, kept for scripts that use it).",
 )
 @cli_errors
-def lint(machine: str, policy_path: str | None, tools_module: str | None, fmt: str) -> None:
-    """Check a declaration and a halt policy for the halt path's red flags before deploy; print
-    findings like a linter (`file:line: CODE …`); exit 1 on any finding."""
+def lint(
+    machine: str, policy_path: str | None, tools_module: str | None, as_json: bool, fmt: str
+) -> None:
+    """Check a declaration and a halt policy for the red flags and exit criteria of the
+    halt-path review before deploy; print findings like a linter (`file:line: CODE …`), or
+    with --json a JSON array of them; exit 1 on any finding."""
+    fmt = "json" if as_json else fmt
     from fsm_agent.declaration.lint import format_findings, lint_paths
     from fsm_agent.declaration.policy import default_policy_path
     from fsm_agent.runtime.tools import load_tools
@@ -288,9 +312,15 @@ def lint(machine: str, policy_path: str | None, tools_module: str | None, fmt: s
 @click.option("--why", required=True, help="Why the cap is raised (journaled with the act).")
 @click.option("--who", help="Who raises it (default: the login name).")
 @db_option
+@json_option
 @cli_errors
 def raise_budget(
-    run_id: str, budgets: dict[str, int | float | None], why: str, who: str | None, db: str
+    run_id: str,
+    budgets: dict[str, int | float | None],
+    why: str,
+    who: str | None,
+    db: str,
+    as_json: bool,
 ) -> None:
     """Raise a live run's caps. Only a person can: the run applies it before its next model
     call and journals who, why and the old and new values; replay shows the act."""
@@ -300,6 +330,7 @@ def raise_budget(
     if not asked:
         raise InvalidInputError("say which cap to raise (--max-steps N, --wall-clock-ms N, …)")
     with journal_store(db, must_exist=True) as store:
+        run_id = resolve_run_id(store, run_id)
         run = store.get_run(run_id)
         if run.status != "running":
             raise InvalidInputError(
@@ -313,8 +344,10 @@ def raise_budget(
                 )
         number = store.add_control(signed_control(run_id, "raise_budget", asked, who, why))
     changes = ", ".join(f"{n} {getattr(current, n)} -> {v}" for n, v in asked.items())
-    click.echo(f"queued raise-budget #{number} for run {run_id}: {changes}; the run applies it"
-               " before its next model call and journals it")  # fmt: skip
+    moved = {n: {"from": getattr(current, n), "to": v} for n, v in asked.items()}
+    data = {"control": number, "run_id": run_id, "changes": moved}
+    say_result(as_json, data, f"queued raise-budget #{number} for run {run_id}: {changes}; the"
+               " run applies it before its next model call and journals it")  # fmt: skip
 
 
 def signed_control(
@@ -336,12 +369,13 @@ def signature(who: str | None, why: str) -> tuple[str, str]:
     return who or getpass.getuser(), now_iso()
 
 
-def _routing(kind: ControlKind, why: str, who: str | None, db: str) -> None:
+def _routing(kind: ControlKind, why: str, who: str | None, db: str, as_json: bool) -> None:
     control = signed_control(None, kind, {}, who, why)
     with journal_store(db) as store:
         number = store.add_control(control)
     verb = "frozen" if kind == "freeze_routing" else "unfrozen"
-    click.echo(f"routing {verb} (#{number}); running workers read it before their next model"
+    say_result(as_json, {"control": number, "routing": verb},
+               f"routing {verb} (#{number}); running workers read it before their next model"
                " call, and the act is journaled in each run that sees it")  # fmt: skip
 
 
@@ -349,18 +383,20 @@ def _routing(kind: ControlKind, why: str, who: str | None, db: str) -> None:
 @click.option("--why", required=True, help="Why (journaled with the act).")
 @click.option("--who", help="Who freezes it (default: the login name).")
 @db_option
+@json_option
 @cli_errors
-def freeze_routing(why: str, who: str | None, db: str) -> None:
+def freeze_routing(why: str, who: str | None, db: str, as_json: bool) -> None:
     """Stop every run on this journal from calling a model that is not on a local lane; a
     run that would must hand off (routing_frozen). No deploy needed."""
-    _routing("freeze_routing", why, who, db)
+    _routing("freeze_routing", why, who, db, as_json)
 
 
 @cli.command("unfreeze-routing")
 @click.option("--why", required=True, help="Why (journaled with the act).")
 @click.option("--who", help="Who unfreezes it (default: the login name).")
 @db_option
+@json_option
 @cli_errors
-def unfreeze_routing(why: str, who: str | None, db: str) -> None:
+def unfreeze_routing(why: str, who: str | None, db: str, as_json: bool) -> None:
     """Lift a routing freeze."""
-    _routing("unfreeze_routing", why, who, db)
+    _routing("unfreeze_routing", why, who, db, as_json)

@@ -1,8 +1,10 @@
-"""Lint a machine declaration and its halt policy for seed 000's red flags and exit criteria.
+"""Lint a machine declaration and its halt policy for the halt-path review's red flags and
+exit criteria.
 
-One stable code per seed item: `HP001`-`HP010` for the ten red flags, `HX001`-`HX008` for the
-eight exit criteria. `RULES` holds the codes that can be decided statically, from the
-declaration, the policy and (optionally) the tool registry's lanes and privileged flags.
+One stable code per checklist item: `HP001`-`HP010` for the ten red flags, `HX001`-`HX008`
+for the eight exit criteria (`CHECKLIST`). `RULES` holds the codes that can be decided
+statically, from the declaration, the policy and (optionally) the tool registry's lanes and
+privileged flags.
 `COVERAGE` says, for every one of the eighteen items, which rule catches it or which runtime
 refusal or test makes it impossible. Findings carry the file, the line and the key path.
 """
@@ -36,8 +38,8 @@ FAILURE_TRIGGERS: Final = frozenset(
     {"rejected", "tool_failed", "tool_timed_out", "failed", "timed_out"}
 )
 
-#: code -> the seed item, in seed 000's words.
-SEED_ITEMS: Final[Mapping[str, str]] = MappingProxyType(
+#: code -> the halt-path review's checklist item, in its own words.
+CHECKLIST: Final[Mapping[str, str]] = MappingProxyType(
     {
         "HP001": "red flag 1: The drafting model also returns a done flag",
         "HP002": "red flag 2: A missing router config defaults onto a free lane",
@@ -125,14 +127,14 @@ _HOW: Final[Mapping[str, str]] = {
     " decided on, receipts included; `fsm-agent replay` re-evaluates every guard from the"
     " journal alone and proves the halt reason (tests/test_replay.py)",
 }
-#: Every seed 000 red flag and exit criterion -> the rule that catches it, or what makes it
-#: impossible at runtime, or the test that keeps it out.
-COVERAGE: Final[dict[str, str]] = {code: f"{SEED_ITEMS[code]} → {_HOW[code]}" for code in _HOW}
+#: Every red flag and exit criterion of the halt-path review -> the rule that catches it, or
+#: what makes it impossible at runtime, or the test that keeps it out.
+COVERAGE: Final[dict[str, str]] = {code: f"{CHECKLIST[code]} → {_HOW[code]}" for code in _HOW}
 #: Codes with a static rule; every other code in `COVERAGE` is a runtime refusal or a test.
 _STATIC: Final = (
     "HP001", "HP002", "HP003", "HP004", "HP005", "HP006", "HP009", "HP010", "HX005", "HX006",
 )  # fmt: skip
-RULES: Final[Mapping[str, str]] = MappingProxyType({code: SEED_ITEMS[code] for code in _STATIC})
+RULES: Final[Mapping[str, str]] = MappingProxyType({code: CHECKLIST[code] for code in _STATIC})
 #: Which rule owns a policy value that is not allowed (any other policy problem is HP002).
 _POLICY_CODES: Final[Mapping[str, str]] = MappingProxyType(
     {

@@ -1,4 +1,4 @@
-"""The halt policy file (seed 000's `halt-policy.yml`): loaded strictly, failing closed.
+"""The halt policy file (`halt-policy.yml`): loaded strictly, failing closed.
 
 A policy names who may own each decision. The control plane (`halt`, `retry_budget`,
 `schema_repair_vote`) is `local_only`, always; the data plane (`draft`, `summarize`,
@@ -107,8 +107,8 @@ class RoutingPolicy:
 
 @attrs.frozen
 class Policy:
-    """A halt policy in seed 000's shape. `source` and `lines` (key path -> line) say where
-    it was read from; they are not part of its value."""
+    """A halt policy in the `halt-policy.yml` shape. `source` and `lines` (key path -> line)
+    say where it was read from; they are not part of its value."""
 
     control_plane: ControlPlanePolicy
     data_plane: DataPlanePolicy
@@ -161,7 +161,7 @@ def _bad_value(section: str, key: str, value: Any) -> str:
 
 
 def default_policy_path() -> Path:
-    """The shipped policy, `machines/halt-policy.yml` (seed 000's minimal policy)."""
+    """The shipped policy, `machines/halt-policy.yml` (the minimal policy)."""
     return Path(str(importlib.resources.files("fsm_agent.machines").joinpath("halt-policy.yml")))
 
 

@@ -218,7 +218,27 @@ class Store(Protocol):
 
     def get_run(self, run_id: str) -> RunRow: ...
 
-    def list_runs(self, limit: int = 20) -> list[RunRow]: ...
+    def list_runs(
+        self,
+        limit: int | None = 20,
+        *,
+        machine: str | None = None,
+        halt_reason: HaltReason | None = None,
+        status: RunStatus | None = None,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[RunRow]:
+        """Runs newest first, narrowed by every filter given (`since`/`until`: ISO times in
+        UTC as the journal writes `started_at`, both inclusive), at most `limit` (None: all)."""
+        ...
+
+    def run_ids_from(self, prefix: str, limit: int) -> list[str]:
+        """Up to `limit` run ids that start with `prefix`, in byte order (an index range)."""
+        ...
+
+    def latest_run_id(self) -> str | None:
+        """The id of the run started last (ties: the greatest id); None when there is none."""
+        ...
 
     def events(self, run_id: str) -> list[Event]: ...
 

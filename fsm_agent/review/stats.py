@@ -1,8 +1,9 @@
 """Statistics over a journal: how runs of each machine halted, and what they used.
 
-Seed 002: "you will count those reasons later". Per machine: how many runs, how many ended
-for each halt reason (and how many are still running), the steps_used/max_steps ratio (seed
-001: if it is always 1.0, the cap is too tight), run duration and cost percentiles.
+Every halt is named so that the reasons can be counted later. Per machine: how many runs,
+how many ended for each halt reason (and how many are still running), the
+steps_used/max_steps ratio (if it is always 1.0, the cap is too tight), run duration and
+cost percentiles.
 
 Backend-neutral: one `Store.run_summaries` read gives a narrow row per run (no event is
 decoded); the counting and the percentiles happen here. `halt_stats` returns frozen values
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import re
 from collections import Counter
 from collections.abc import Sequence
 
@@ -92,19 +94,39 @@ def distribution(values: Sequence[float]) -> Distribution | None:
     )
 
 
-def since_key(since: str) -> str:
-    """An ISO date or timestamp as the journal writes `started_at` (UTC, milliseconds), so
-    the two compare as text. A timestamp without a zone is taken as UTC."""
-    try:
-        moment = datetime.datetime.fromisoformat(since)
-    except ValueError as exc:
-        raise InvalidInputError(
-            f"since {since!r}: not an ISO date or timestamp"
-            " (for example 2025-01-31 or 2025-01-31T12:00:00+00:00)"
-        ) from exc
+#: A relative time: N seconds, minutes, hours, days or weeks ago (`90m`, `2d`).
+_AGO = re.compile(r"(\d{1,9})([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def time_key(text: str, *, what: str = "since", now: datetime.datetime | None = None) -> str:
+    """An ISO date or timestamp, or a relative time (`30m`, `1h`, `2d`, `1w`: that long
+    before `now`), as the journal writes `started_at` (UTC, milliseconds), so the two compare
+    as text. A timestamp without a zone is taken as UTC. `what` names the option in errors."""
+    ago = _AGO.fullmatch(text.strip())
+    if ago is not None:
+        try:
+            moment = (now or datetime.datetime.now(datetime.UTC)) - datetime.timedelta(
+                **{_UNITS[ago.group(2)]: int(ago.group(1))}
+            )
+        except OverflowError as exc:
+            raise InvalidInputError(f"{what} {text!r}: before the year 1") from exc
+    else:
+        try:
+            moment = datetime.datetime.fromisoformat(text)
+        except ValueError as exc:
+            raise InvalidInputError(
+                f"{what} {text!r}: not an ISO date or timestamp, nor a relative time"
+                " (for example 2025-01-31, 2025-01-31T12:00:00+00:00, 90m, 1h, 2d or 1w)"
+            ) from exc
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
     return moment.astimezone(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def since_key(since: str) -> str:
+    """`time_key` of a `since` bound."""
+    return time_key(since)
 
 
 def _duration_ms(run: RunSummary) -> int | None:

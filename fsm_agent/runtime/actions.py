@@ -162,7 +162,8 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
 def _repair_vote(
     ctx: RunContext, content: Any, rejected: Rejection, step: int
 ) -> Steps[tuple[Proposal, Any]]:
-    """Seed 000: an invalid reply may get a repair vote only from a local lane. A voter on
+    """An invalid reply may get a repair vote only from a local lane (the halt policy's
+    `schema_repair_vote`). A voter on
     any other lane is refused (the run hard-fails as schema_fail); a local one's rewrite is
     parsed like any reply, and counts only if it parses."""
     voter = ctx.repair_voter
@@ -395,8 +396,8 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> Steps[tuple[str, Fact
 
 
 def ask_judge(ctx: RunContext, snap: Snapshot) -> Steps[Snapshot]:
-    """The snapshot with the judge's vote on a possible success (seed 000: a paid judge may
-    give a second opinion, but never moves halt alone; two free opinions are zero votes).
+    """The snapshot with the judge's vote on a possible success (a paid judge may give
+    a second opinion, but never moves halt alone; two free opinions are zero votes).
     A judge that fails or times out vetoes: no success on a missing opinion."""
     judge = ctx.judge
     if judge is None:

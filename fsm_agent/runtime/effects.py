@@ -1,7 +1,8 @@
 """Side effects and their receipts: which calls of a run are not known to have happened.
 
 A run can end `completed` only when every side-effecting call it made has complete
-receipts (seed 000: "tool returned 206 and empty id — do not halt, wait for receipts").
+receipts (a tool that returned 206 and an empty id has not succeeded: do not halt, wait
+for receipts).
 Tools are side-effecting unless declared as reads (`side_effect=False`), so a forgotten
 declaration fails closed. A call without complete receipts stays pending until the same
 tool with the same arguments — an idempotent retry, the way to wait for receipts — returns

@@ -47,7 +47,7 @@ def privileged_cleared(s: Snapshot) -> bool:
 
 
 def halt_lane_local(s: Snapshot) -> bool:
-    """The halt vote is owned by a local, non-free function (seed 000)."""
+    """The halt vote is owned by a local, non-free function (the halt policy's control plane)."""
     return halt_lane_refusal(s.control, "halt", s.halt_lane) is None
 
 

@@ -1,4 +1,4 @@
-"""Lanes and the local halt check (seed 000): only a local function may own a control key."""
+"""Lanes and the local halt check: only a local function may own a control key."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The halt record: one JSON file per run, written atomically even when the run is killed.
 
-Field names from seed 001 (`task`, `max_steps`, `wall_clock_ms`, `steps_used`, `tool_calls`,
+The halt contract's field names (`task`, `max_steps`, `wall_clock_ms`, `steps_used`, `tool_calls`,
 `halt_reason`, `answer`) come first; ours follow. stdout lies when a process is killed; this
 file does not.
 """
@@ -96,7 +96,7 @@ class HaltRecord:
     format: str = RECORD_FORMAT
 
 
-_SEED_FIELDS = (
+_CONTRACT_FIELDS = (
     "task",
     "max_steps",
     "wall_clock_ms",
@@ -108,10 +108,10 @@ _SEED_FIELDS = (
 
 
 def record_json(record: HaltRecord) -> str:
-    """The record as pretty JSON, seed 001's fields first."""
+    """The record as pretty JSON, the halt contract's fields first."""
     data = serde.unstructure(record)
-    ordered = {k: data[k] for k in _SEED_FIELDS} | {
-        k: v for k, v in data.items() if k not in _SEED_FIELDS
+    ordered = {k: data[k] for k in _CONTRACT_FIELDS} | {
+        k: v for k, v in data.items() if k not in _CONTRACT_FIELDS
     }
     return json.dumps(ordered, indent=2, allow_nan=False) + "\n"
 

@@ -1,7 +1,8 @@
 """Trace shipping: a copy of the whole run leaves the box before the loop may exit.
 
-Seed 000: "Store traces on a host the team controls. Ship copies before the loop is allowed
-to exit." The copy is a run file (`fsm-agent export`'s format), so it replays anywhere.
+The halt-path review's rule: traces are stored on a host the team controls, and a copy is
+shipped before the loop is allowed to exit. The copy is a run file (`fsm-agent export`'s
+format), so it replays anywhere.
 """
 
 from __future__ import annotations
