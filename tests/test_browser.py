@@ -1,22 +1,22 @@
-"""In a real headless browser (Debian chromium over the DevTools protocol, no internet): the
+"""In a real headless browser (Debian chromium driven by Playwright, no internet): the
 incident report opens offline and safely, and the Mermaid text renders with the real
 `mermaid` library, installed from the npm registry at test time.
 
-Skips when chromium, npm or an SVG renderer is missing, naming the package; CI sets
-FSM_AGENT_BROWSER_TESTS=require so that a missing tool fails instead.
+Skips when chromium, Playwright, npm or an SVG renderer is missing, naming the package; CI
+sets FSM_AGENT_BROWSER_TESTS=require so that a missing tool fails instead.
 """
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,56 +27,67 @@ from fsm_agent.journal.store import Event, RunRow
 from fsm_agent.review.diagram import run_path, to_mermaid
 from fsm_agent.review.report import incident_report, write_report
 from fsm_agent.review.svg_render import find_renderer
-from tests.browser_cdp import Browser, Page, missing, start_browser
+from tests.browser_page import Watched, launch_chromium, missing, watched_page
 from tests.browser_runs import SCRIPT, completed_run, hostile_names_run, hostile_run
 
-MERMAID = "mermaid@11"
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
-#: What the page shows, measured in the page.
-PROBE = """(() => {
-  const shown = (el) => {
-    if (!el) return false;
-    const r = el.getBoundingClientRect(), s = getComputedStyle(el);
-    return r.width > 0 && r.height > 0 && s.visibility === "visible" && s.display !== "none";
-  };
-  const svg = document.querySelector("#diagram svg");
-  const halt = document.querySelector("#halt .badge.halt");
-  return {
-    pwned: typeof window.__pwned,
-    scripts: document.querySelectorAll("script").length,
-    images: document.images.length,
-    svg_shown: shown(svg),
-    svg_nodes: svg ? svg.querySelectorAll("g.node").length : 0,
-    halt: halt ? halt.textContent : null,
-    halt_in_first_screen: shown(halt) && halt.getBoundingClientRect().bottom < innerHeight,
-    markup_as_text: document.body.innerText.includes(%s),
-    page_fits_width: document.documentElement.scrollWidth <= innerWidth,
-    chain_badge: [...document.querySelectorAll("header .badge")].map(b => b.textContent)
-      .filter(t => t.startsWith("chain"))[0] || null,
-    halting_guard_shown: shown(
-      document.querySelector("tr.halt-bad li.g-halt, tr.halt-ok li.g-done")),
-  };
-})()"""
+MERMAID = "mermaid@11"
+NO_PROBLEMS: dict[str, list[str]] = {"blocked": [], "errors": [], "dialogs": []}
+
+#: What the page shows that a locator cannot say, measured in the page.
+PROBE = """() => ({
+  pwned: typeof window.__pwned,
+  page_fits_width: document.documentElement.scrollWidth <= innerWidth,
+})"""
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    yield from start_browser(tmp_path_factory.mktemp("chromium-profile"))
+def browser() -> Iterator[Browser]:
+    """One chromium for every browser test (they are all in this module). Not session-scoped:
+    while Playwright's sync API runs, its event loop is marked running on this thread, and
+    `asyncio.run` in a later module (the async adapter's tests) would refuse to start."""
+    yield from launch_chromium()
 
 
 @pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    tab = browser.new_page()
+def laptop_page(browser: Browser) -> Iterator[Watched]:
+    """A fresh page 1280 px wide: the laptop width an on-call engineer reads a report at."""
+    seen = watched_page(browser, width=1280)
     try:
-        yield tab
+        yield seen
     finally:
-        tab.close()
+        seen.close()
 
 
 @pytest.fixture
 def graphviz() -> None:
     if find_renderer() is None:
         missing("no SVG renderer: pip install graphviz-pure (or apt-get install graphviz)")
+
+
+def test_the_page_watch_catches_requests_errors_and_dialogs(
+    laptop_page: Watched, tmp_path: Path
+) -> None:
+    """The assertions below can fail: a page without the report's defences is caught."""
+    html = tmp_path / "leaky.html"
+    html.write_text(
+        '<!DOCTYPE html><img src="http://192.0.2.1/pixel.png"><script>'
+        'console.error("boom"); fetch("https://example.invalid/x").catch(() => {});'
+        'alert("hi"); throw new Error("uncaught!")</script>',
+        encoding="utf-8",
+    )
+    laptop_page.page.goto(html.as_uri())
+    laptop_page.page.wait_for_function("performance.getEntriesByType('resource').length >= 2")
+    assert sorted(laptop_page.blocked) == [
+        "http://192.0.2.1/pixel.png",
+        "https://example.invalid/x",
+    ]
+    assert laptop_page.requests[0] == html.as_uri()
+    assert laptop_page.dialogs == ["alert: hi"]
+    assert "console.error: boom" in laptop_page.errors
+    assert "uncaught: uncaught!" in laptop_page.errors
 
 
 @pytest.mark.parametrize(
@@ -89,40 +100,45 @@ def graphviz() -> None:
 )
 @pytest.mark.usefixtures("graphviz")
 def test_the_report_opens_offline_shows_the_halt_and_runs_no_injected_script(
-    browser: Browser,
+    laptop_page: Watched,
     tmp_path: Path,
     make_run: Callable[[Path], tuple[RunRow, list[Event]]],
     halt: str,
     shows: str,
 ) -> None:
+    from playwright.sync_api import expect
+
     row, events = make_run(tmp_path)
     report = write_report(incident_report(row, events), tmp_path / "incident.html")
-    page = browser.new_page(width=1280)  # the laptop width an on-call engineer reads it at
-    page.open(report.as_uri())
-    seen = page.evaluate(PROBE % json.dumps(shows))
-    shot = page.screenshot(tmp_path / "incident.png")
+    page = laptop_page.page
+    page.goto(report.as_uri())
+    shot = tmp_path / "incident.png"
+    page.screenshot(path=shot, full_page=True)
     print(f"screenshot: {shot}")
-    pdf = page.send("Page.printToPDF", landscape=True, printBackground=True)["data"]
-    (tmp_path / "incident.pdf").write_bytes(base64.b64decode(pdf))
-    assert page.console_errors() == []
-    assert page.requested_urls() == [report.as_uri()]
-    assert page.events("Page.javascriptDialogOpening") == []  # no alert() ran either
-    assert seen == {
-        "pwned": "undefined",
-        "scripts": 0,
-        "images": 0,
-        "svg_shown": True,
-        "svg_nodes": 7,  # six states and the start point
-        "halt": halt,
-        "halt_in_first_screen": True,
-        "markup_as_text": True,
-        "page_fits_width": True,  # at 1280 px: only the diagram scrolls, inside its frame
-        "chain_badge": "chain: not checked",  # the library call was given no chain verdict
-        # the guard that decided the halt stands out (a model's handoff request has none)
-        "halting_guard_shown": halt != "handoff_requested",
-    }
+    pdf = page.pdf(path=tmp_path / "incident.pdf", landscape=True, print_background=True)
+    badge = page.locator("#halt .badge.halt")
+    expect(badge).to_have_text(halt)
+    expect(badge).to_be_in_viewport(ratio=1)  # in the first screen, whole
+    expect(page.locator("#diagram svg")).to_be_visible()
+    expect(page.locator("#diagram svg g.node")).to_have_count(7)  # six states, the start
+    expect(page.locator("script")).to_have_count(0)
+    expect(page.locator("img")).to_have_count(0)
+    expect(page.locator("body")).to_contain_text(shows, use_inner_text=True)  # as text
+    # the library call was given no chain verdict
+    chain = page.locator("header .badge").filter(has_text=re.compile(r"^chain"))
+    expect(chain).to_have_text("chain: not checked")
+    # the guard that decided the halt stands out (a model's handoff request has none)
+    guard = page.locator("tr.halt-bad li.g-halt, tr.halt-ok li.g-done").first
+    if halt == "handoff_requested":
+        expect(guard).to_be_hidden()
+    else:
+        expect(guard).to_be_visible()
+    # at 1280 px only the diagram scrolls, inside its frame
+    assert page.evaluate(PROBE) == {"pwned": "undefined", "page_fits_width": True}
+    assert laptop_page.problems() == NO_PROBLEMS  # no request left file://, no alert() ran
+    assert laptop_page.requests == [report.as_uri()]
     assert shot.stat().st_size > 10_000
-    assert (tmp_path / "incident.pdf").read_bytes().startswith(b"%PDF")
+    assert pdf.startswith(b"%PDF")
 
 
 # --- Mermaid -------------------------------------------------------------------------------
@@ -151,7 +167,7 @@ def mermaid_js(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 @pytest.fixture(scope="module")
 def mermaid_page(
     browser: Browser, mermaid_js: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Page]:
+) -> Iterator[Watched]:
     """A local page that loads mermaid.min.js from file:// and nothing else."""
     html = tmp_path_factory.mktemp("mermaid") / "render.html"
     html.write_text(
@@ -159,31 +175,39 @@ def mermaid_page(
         f'<script src="{mermaid_js.as_uri()}"></script></head><body></body></html>',
         encoding="utf-8",
     )
-    tab = browser.new_page()
+    seen = watched_page(browser)
     try:
-        tab.open(html.as_uri())
-        assert tab.evaluate("typeof mermaid") == "object", tab.console_errors()
-        tab.evaluate('mermaid.initialize({startOnLoad: false, securityLevel: "strict"}), 1')
-        yield tab
+        seen.page.goto(html.as_uri())
+        assert seen.page.evaluate("typeof mermaid") == "object", seen.errors
+        seen.page.evaluate('mermaid.initialize({startOnLoad: false, securityLevel: "strict"})')
+        assert seen.problems() == NO_PROBLEMS
+        yield seen
     finally:
-        tab.close()
+        seen.close()
 
 
 _ids = itertools.count()
 
 
-def render(page: Page, text: str) -> dict[str, Any]:
-    """`mermaid.render` in the page: {"svg": …} or {"error": …}. Nothing fetched."""
-    result: dict[str, Any] = page.evaluate(
-        f"mermaid.render('m{next(_ids)}', {json.dumps(text)})"
-        ".then(r => ({svg: r.svg}), e => ({error: String(e && e.message || e)}))"
+def render(seen: Watched, text: str) -> dict[str, Any]:
+    """`mermaid.render` in the page: {"svg": …} or {"error": …}. Nothing fetched, and a
+    diagram that renders logs no error."""
+    errors_before = len(seen.errors)
+    result: dict[str, Any] = seen.page.evaluate(
+        "([id, text]) => mermaid.render(id, text)"
+        ".then(r => ({svg: r.svg}), e => ({error: String(e && e.message || e)}))",
+        [f"m{next(_ids)}", text],
     )
-    assert all(u.startswith("file://") for u in page.requested_urls()), page.requested_urls()
+    assert all(u.startswith("file://") for u in seen.requests), seen.requests
+    assert seen.blocked == []
+    assert seen.dialogs == []
+    if "svg" in result:
+        assert seen.errors[errors_before:] == []
     return result
 
 
 @pytest.mark.parametrize("machine", ["agent_loop", "examples/payments_retry/payments.yaml"])
-def test_mermaid_renders_a_machine(mermaid_page: Page, machine: str) -> None:
+def test_mermaid_renders_a_machine(mermaid_page: Watched, machine: str) -> None:
     result = render(mermaid_page, to_mermaid(load_machine(machine)))
     assert "error" not in result, result
     assert result["svg"].startswith("<svg")
@@ -191,7 +215,7 @@ def test_mermaid_renders_a_machine(mermaid_page: Page, machine: str) -> None:
     assert "budget_exhausted" in result["svg"]
 
 
-def test_mermaid_renders_a_highlighted_run(mermaid_page: Page, tmp_path: Path) -> None:
+def test_mermaid_renders_a_highlighted_run(mermaid_page: Watched, tmp_path: Path) -> None:
     row, events = hostile_run(tmp_path)
     spec = parse_machine(row.machine_text, source="journal")
     result = render(mermaid_page, to_mermaid(spec, run_path(spec, row.run_id, events)))
@@ -201,7 +225,7 @@ def test_mermaid_renders_a_highlighted_run(mermaid_page: Page, tmp_path: Path) -
     assert f"run {row.run_id}: halt handoff_requested" in result["svg"]
 
 
-def test_the_mermaid_check_fails_a_broken_diagram(mermaid_page: Page) -> None:
+def test_the_mermaid_check_fails_a_broken_diagram(mermaid_page: Watched) -> None:
     good = "stateDiagram-v2\n    drafting --> done: answer [answer_grounded] / completed\n"
     assert "svg" in render(mermaid_page, good)
     result = render(mermaid_page, good.replace("--> done", "--> --> ((done"))
@@ -260,7 +284,7 @@ transitions:
     ),
 )
 def test_mermaid_is_valid_for_every_name_the_loader_accepts(
-    mermaid_page: Page, names: list[str], triggers: list[str]
+    mermaid_page: Watched, names: list[str], triggers: list[str]
 ) -> None:
     spec = parse_machine(_generated_machine(names, triggers), source="generated.yaml")
     text = to_mermaid(spec)
