@@ -349,5 +349,5 @@ def main() -> None:
     cli(prog_name="fsm-agent")
 
 
-# The incident-review and operations commands register themselves on `cli`.
-from fsm_agent import cli_ops, cli_queue, cli_review  # noqa: E402, F401
+# The incident-review, operations and schema commands register themselves on `cli`.
+from fsm_agent import cli_ops, cli_queue, cli_review, cli_schema  # noqa: E402, F401

@@ -8,7 +8,15 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
-from fsm_agent.budgets import BUDGET_NAMES, check_budget
+from fsm_agent.budgets import BUDGET_NAMES, MAX_BUDGET, check_budget
+from fsm_agent.declarations import (
+    MAX_NAME,
+    MachineDocument,
+    StateDocument,
+    TransitionDocument,
+    field_names,
+    structural_problem,
+)
 from fsm_agent.effects import RECEIPTS_GUARD
 from fsm_agent.encoding import text_sha256
 from fsm_agent.errors import BudgetError
@@ -18,19 +26,9 @@ from fsm_agent.refs import BadReference, resolve_callable
 from fsm_agent.spec import ACTION_OUTCOMES, BUDGET_TRIGGER, MachineSpec, StateSpec, TransitionSpec
 from fsm_agent.yamlsource import LineIndex
 
-_TOP_KEYS = {
-    "name",
-    "description",
-    "initial",
-    "budgets",
-    "thrash_limit",
-    "tools",
-    "policy",
-    "states",
-    "transitions",
-}
-_TRANSITION_KEYS = {"trigger", "source", "dest", "guards", "halt", "retry"}
-MAX_NAME = 200
+_TOP_KEYS = field_names(MachineDocument)
+_STATE_KEYS = field_names(StateDocument)
+_TRANSITION_KEYS = field_names(TransitionDocument)
 #: Unicode categories refused in names: controls, format characters (bidi overrides,
 #: zero-width), line and paragraph separators, surrogates, unassigned.
 _CONTROL = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
@@ -69,12 +67,12 @@ class Validator:
             for i, s in enumerate(s for s in states if not s.terminal)
         )
         self._check_graph(states, declared, initial)
-        return MachineSpec(
+        spec = MachineSpec(
             name=name,
             source=self.source,
             text=text,
             sha256=text_sha256(text),
-            description=str(d.get("description") or ""),
+            description=self._description(d.get("description")),
             initial=initial,
             states=states,
             transitions=declared + implicit,
@@ -83,6 +81,19 @@ class Validator:
             tools=self._tools(d),
             policy=self._policy(d.get("policy")),
         )
+        # The structural check: the declaration's type, the one the schema is generated from.
+        # The checks above refuse the usual mistakes with friendlier words; this refuses
+        # anything else that is not in the declared shape.
+        problem = structural_problem(d, MachineDocument)
+        if problem is not None:
+            message, key = problem
+            raise self.err(f"{message} (the shape: `fsm-agent schema machine`)", key)
+        return spec
+
+    def _description(self, raw: Any) -> str:
+        if raw is not None and not isinstance(raw, str):
+            raise self.err(f"description must be text, got {raw!r}", "$.description")
+        return raw or ""
 
     def _policy(self, raw: Any) -> str | None:
         if raw is None:
@@ -120,9 +131,13 @@ class Validator:
             path = f"$.states.{name}"
             self._check_name(name, "a state name", path)
             body = {} if body is None else body
-            if not isinstance(body, dict) or set(body) - {"action", "terminal"}:
+            if not isinstance(body, dict) or set(body) - _STATE_KEYS:
                 raise self.err("a state is a mapping with 'action' or 'terminal: true'", path)
-            terminal = body.get("terminal", False) is True
+            terminal = body.get("terminal", False)
+            if not isinstance(terminal, bool):
+                raise self.err(
+                    f"terminal must be true or false, got {terminal!r}", f"{path}.terminal"
+                )
             action = body.get("action")
             if terminal and action is not None:
                 raise self.err("a terminal state has no action", f"{path}.action")
@@ -189,7 +204,7 @@ class Validator:
             )
         for end in ("source", "dest"):
             name = t.get(end)
-            if name not in by_name:
+            if not isinstance(name, str) or name not in by_name:
                 raise self.err(f"unknown state {name!r}", f"{path}.{end}")
         source, dest = by_name[t["source"]], by_name[t["dest"]]
         if source.terminal:
@@ -301,11 +316,14 @@ class Validator:
         return out
 
     def _thrash(self, raw: Any) -> int:
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        """A whole number (`3.0` too, as JSON Schema counts it) from 0 (off) to MAX_BUDGET."""
+        whole = isinstance(raw, int) or (isinstance(raw, float) and raw.is_integer())
+        if isinstance(raw, bool) or not whole or not 0 <= raw <= MAX_BUDGET:
             raise self.err(
-                f"thrash_limit must be a whole number >= 0 (0 = off), got {raw!r}", "$.thrash_limit"
+                f"thrash_limit must be a whole number from 0 (off) to {MAX_BUDGET}, got {raw!r}",
+                "$.thrash_limit",
             )
-        return raw
+        return int(raw)
 
     def _tools(self, d: Mapping[str, Any]) -> tuple[str, ...] | None:
         raw = d.get("tools")
