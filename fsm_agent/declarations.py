@@ -49,17 +49,14 @@ class StateDocument(_Document, kw_only=True):
     """One state: `action` for a state the worker acts in, `terminal: true` for a terminal
     state (done, budget_exhausted or handoff), never both."""
 
-    action: (
-        Annotated[
-            str,
-            Meta(
-                description="What the worker does in this state: model, tool, receipts, or a"
-                " user action package.module:function.",
-                examples=["model", "tool", "receipts", "package.module:function"],
-            ),
-        ]
-        | None
-    ) = None
+    action: Annotated[
+        str | None,
+        Meta(
+            description="What the worker does in this state: model, tool, receipts, or a user"
+            " action package.module:function.",
+            examples=["model", "tool", "receipts", "package.module:function"],
+        ),
+    ] = None
     terminal: Annotated[bool, Meta(description="True for a terminal state.")] = False
 
 

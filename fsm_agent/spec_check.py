@@ -29,6 +29,35 @@ from fsm_agent.yamlsource import LineIndex
 _TOP_KEYS = field_names(MachineDocument)
 _STATE_KEYS = field_names(StateDocument)
 _TRANSITION_KEYS = field_names(TransitionDocument)
+#: What the loader refuses that the machine schema cannot: (a fragment of the message, why no
+#: JSON Schema says it). Everything else the loader refuses, the schema refuses too
+#: (tests/test_declaration_schemas.py checks both directions on mutated machines).
+LOADER_ONLY: tuple[tuple[str, str], ...] = (
+    ("unknown state", "source and dest name states declared in the same file"),
+    ("'initial' must name a declared state", "initial names a state declared in the file"),
+    ("the initial state cannot be terminal", "depends on the state's declaration"),
+    ("is not one of done, budget_exhausted, handoff", "which states may be terminal"),
+    ("missing terminal state", "done, budget_exhausted, handoff are each declared terminal"),
+    ("a terminal state has no action", "action and terminal exclude each other"),
+    ("a non-terminal state needs an action", "action is one of three names or a reference"),
+    ("action '", "a user action must import and be callable"),
+    ("unknown guard", "a guard must be a built-in (or its negation)"),
+    ("guard '", "a user guard must import and be callable"),
+    ("is reserved", "the runtime's own 'budget' trigger"),
+    ("never produces", "a trigger must be an outcome of the source state's action"),
+    ("transition out of terminal state", "depends on the source state's declaration"),
+    ("names the user guard that stopped the run", "guard_refused needs a user guard"),
+    ("only a transition into a terminal state", "halt depends on the dest's declaration"),
+    ("needs 'halt:'", "halt is required exactly when the dest is terminal"),
+    ("ends in '", "a halt reason ends in one terminal state"),
+    ("only on a non-terminal dest", "retry depends on the dest's declaration"),
+    ("has no way out", "the graph: every non-terminal state has an edge out"),
+    ("is unreachable", "the graph: every state is reachable from initial"),
+    ("may not contain control characters", "portable regexes have no Unicode categories"),
+    ("must be text of 1 to", "a YAML key that is not text: JSON keys always are"),
+    ("must be finite", "YAML's .nan: JSON has no NaN, and no comparison refuses it"),
+    ("policy '", "the named policy file must load (load_machine)"),
+)
 #: Unicode categories refused in names: controls, format characters (bidi overrides,
 #: zero-width), line and paragraph separators, surrogates, unassigned.
 _CONTROL = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
@@ -159,7 +188,7 @@ class Validator:
         return tuple(out)
 
     def _check_action(self, action: Any, path: str) -> None:
-        if action in ACTION_OUTCOMES:
+        if isinstance(action, str) and action in ACTION_OUTCOMES:
             return
         if not isinstance(action, str) or ":" not in action:
             raise self.err(

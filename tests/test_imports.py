@@ -11,8 +11,14 @@ import pytest
 @pytest.mark.parametrize(
     ("statement", "absent"),
     [
-        ("import fsm_agent", ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils"]),
-        ("import fsm_agent.cli", ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils"]),
+        (
+            "import fsm_agent",
+            ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils", "msgspec"],
+        ),
+        (
+            "import fsm_agent.cli",
+            ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils", "msgspec"],
+        ),
     ],
 )
 def test_heavy_modules_are_imported_only_when_used(statement: str, absent: list[str]) -> None:
