@@ -33,7 +33,10 @@ from fsm_agent.halt import HaltReason
 MAX_NUMBER: Final = MAX_BUDGET
 #: The longest state name or trigger, in characters.
 MAX_NAME: Final = 200
-JSON_SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
+#: Draft-07: the newest draft that yaml-language-server (VS Code's YAML extension, among
+#: others) fully supports. The schemas use nothing newer: `$defs` is only where the
+#: definitions sit, reached by JSON pointer, and no `$ref` has siblings.
+JSON_SCHEMA_DIALECT: Final = "http://json-schema.org/draft-07/schema#"
 
 _NAME = Meta(min_length=1, max_length=MAX_NAME, pattern=r"\S")
 StateName = Annotated[str, _NAME, Meta(description="A state name: 1-200 characters, not blank.")]
@@ -201,7 +204,7 @@ KINDS: Final[dict[str, tuple[type[msgspec.Struct], str, str]]] = {
 
 
 def declaration_schema(kind: str) -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a declaration kind, generated from its type."""
+    """The JSON Schema (draft-07) of a declaration kind, generated from its type."""
     cls, filename, title = KINDS[kind]
     generated = msgspec.json.schema(cls)
     defs = dict(generated["$defs"])

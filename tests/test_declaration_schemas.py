@@ -119,7 +119,28 @@ def test_shipped_schema_is_the_generated_one(kind: str) -> None:
     assert schema["$id"] == f"urn:fsm-agent:schema:{filename}"
     assert schema["title"]
     assert schema["description"]
-    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["$schema"] == "http://json-schema.org/draft-07/schema#"
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_schema_uses_nothing_newer_than_draft_07(kind: str) -> None:
+    """Editors support draft-07 fully: a `$ref` there ignores its siblings, and the newer
+    keywords do not exist."""
+    newer = {"$dynamicRef", "$anchor", "unevaluatedProperties", "dependentSchemas", "prefixItems"}
+
+    def walk(node: Any) -> list[str]:
+        if isinstance(node, list):
+            return [problem for sub in node for problem in walk(sub)]
+        if not isinstance(node, dict):
+            return []
+        problems = sorted(newer & set(node))
+        if "$ref" in node and len(node) > 1:
+            problems.append(f"$ref beside {sorted(node)}")
+        return problems + [problem for sub in node.values() for problem in walk(sub)]
+
+    schema = declaration_schema(kind)
+    assert walk(schema) == []
+    jsonschema.Draft7Validator.check_schema(schema)
 
 
 def test_every_property_is_described() -> None:
@@ -298,11 +319,13 @@ SCALARS = st.one_of(
     st.sampled_from([0.0, 2.0, 0.5, -1.0]),
     TEXT,
 )
-VALUES = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(TEXT, inner, max_size=3)),
-    max_leaves=6,
-)
+
+
+def containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.one_of(st.lists(inner, max_size=3), st.dictionaries(TEXT, inner, max_size=3))
+
+
+VALUES = st.recursive(SCALARS, containers, max_leaves=6)
 
 
 def places(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
