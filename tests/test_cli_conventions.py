@@ -207,8 +207,9 @@ def test_halt_reason_choices_are_the_enum() -> None:
 
 # --- --json -----------------------------------------------------------------------------------
 
-#: Commands whose output is not a result: the worker logs, diagram prints the diagram.
-NO_JSON = {"worker", "diagram"}
+#: Commands whose output is not a result: the worker logs, diagram prints the diagram, and
+#: schema prints a JSON Schema (a JSON document already).
+NO_JSON = {"worker", "diagram", "schema"}
 
 
 @pytest.mark.parametrize("name", sorted(cli.commands))  # type: ignore[attr-defined]

@@ -11,10 +11,13 @@ import pytest
 @pytest.mark.parametrize(
     ("statement", "absent"),
     [
-        ("import fsm_agent", ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils"]),
+        (
+            "import fsm_agent",
+            ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils", "msgspec"],
+        ),
         (
             "import fsm_agent.cli.main",
-            ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils"],
+            ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils", "msgspec"],
         ),
     ],
 )

@@ -200,7 +200,9 @@ def test_canonical_machines_lint_clean_with_a_policy(
 def test_without_a_policy_a_privileged_tool_is_a_finding() -> None:
     payments = load_tools("fsm_agent.examples.payments_retry.tools")
     findings = lint_paths(PAYMENTS, None, tools=payments)
-    assert [(f.code, f.line) for f in findings] == [("HX005", 18)]  # tools: [capture_payment]
+    lines = Path(PAYMENTS).read_text(encoding="utf-8").splitlines()
+    tools_line = lines.index("tools: [capture_payment]") + 1
+    assert [(f.code, f.line) for f in findings] == [("HX005", tools_line)]
     assert "capture_payment" in findings[0].message
     # no privileged tool in the registry: nothing to hold to a policy
     assert (

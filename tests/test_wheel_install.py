@@ -58,7 +58,8 @@ def test_the_wheel_installs_nothing_outside_fsm_agent(wheel: Path) -> None:
     top = {n.split("/")[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"fsm_agent"}
     for expected in ("fsm_agent/stores/sqlite.py", "fsm_agent/machines/agent_loop.yaml",
-                     "fsm_agent/machines/halt-policy.yml", "fsm_agent/examples/scenarios.py",
+                     "fsm_agent/machines/halt-policy.yml", "fsm_agent/machines/machine.schema.json",
+                     "fsm_agent/examples/scenarios.py",
                      "fsm_agent/py.typed"):  # fmt: skip
         assert expected in names
 

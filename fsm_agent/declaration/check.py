@@ -9,6 +9,14 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
+from fsm_agent.declaration.documents import (
+    MAX_NAME,
+    MachineDocument,
+    StateDocument,
+    TransitionDocument,
+    field_names,
+    structural_problem,
+)
 from fsm_agent.declaration.refs import BadReference, Search, resolve_callable
 from fsm_agent.declaration.spec import (
     ACTION_OUTCOMES,
@@ -21,23 +29,42 @@ from fsm_agent.declaration.yamlsource import LineIndex
 from fsm_agent.encoding import text_sha256
 from fsm_agent.errors import BudgetError
 from fsm_agent.halt import BUDGET_EXHAUSTED, TERMINAL_STATE, TERMINAL_STATES, HaltReason
-from fsm_agent.runtime.budgets import BUDGET_NAMES, check_budget
+from fsm_agent.runtime.budgets import BUDGET_NAMES, MAX_BUDGET, check_budget
 from fsm_agent.runtime.effects import RECEIPTS_GUARD
 from fsm_agent.runtime.guards import UnknownGuard, resolve_guard
 
-_TOP_KEYS = {
-    "name",
-    "description",
-    "initial",
-    "budgets",
-    "thrash_limit",
-    "tools",
-    "policy",
-    "states",
-    "transitions",
-}
-_TRANSITION_KEYS = {"trigger", "source", "dest", "guards", "halt", "retry"}
-MAX_NAME = 200
+_TOP_KEYS = field_names(MachineDocument)
+_STATE_KEYS = field_names(StateDocument)
+_TRANSITION_KEYS = field_names(TransitionDocument)
+#: What the loader refuses that the machine schema cannot: (a fragment of the message, why no
+#: JSON Schema says it). Everything else the loader refuses, the schema refuses too
+#: (tests/test_declaration_schemas.py checks both directions on mutated machines).
+LOADER_ONLY: tuple[tuple[str, str], ...] = (
+    ("unknown state", "source and dest name states declared in the same file"),
+    ("'initial' must name a declared state", "initial names a state declared in the file"),
+    ("the initial state cannot be terminal", "depends on the state's declaration"),
+    ("is not one of done, budget_exhausted, handoff", "which states may be terminal"),
+    ("missing terminal state", "done, budget_exhausted, handoff are each declared terminal"),
+    ("a terminal state has no action", "action and terminal exclude each other"),
+    ("a non-terminal state needs an action", "action is one of three names or a reference"),
+    ("action '", "a user action must import and be callable"),
+    ("unknown guard", "a guard must be a built-in (or its negation)"),
+    ("guard '", "a user guard must import and be callable"),
+    ("is reserved", "the runtime's own 'budget' trigger"),
+    ("never produces", "a trigger must be an outcome of the source state's action"),
+    ("transition out of terminal state", "depends on the source state's declaration"),
+    ("names the user guard that stopped the run", "guard_refused needs a user guard"),
+    ("only a transition into a terminal state", "halt depends on the dest's declaration"),
+    ("needs 'halt:'", "halt is required exactly when the dest is terminal"),
+    ("ends in '", "a halt reason ends in one terminal state"),
+    ("only on a non-terminal dest", "retry depends on the dest's declaration"),
+    ("has no way out", "the graph: every non-terminal state has an edge out"),
+    ("is unreachable", "the graph: every state is reachable from initial"),
+    ("may not contain control characters", "portable regexes have no Unicode categories"),
+    ("must be text of 1 to", "a YAML key that is not text: JSON keys always are"),
+    ("must be finite", "YAML's .nan: JSON has no NaN, and no comparison refuses it"),
+    ("policy '", "the named policy file must load (load_machine)"),
+)
 #: Unicode categories refused in names: controls, format characters (bidi overrides,
 #: zero-width), line and paragraph separators, surrogates, unassigned.
 _CONTROL = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
@@ -78,12 +105,12 @@ class Validator:
             for i, s in enumerate(s for s in states if not s.terminal)
         )
         self._check_graph(states, declared, initial)
-        return MachineSpec(
+        spec = MachineSpec(
             name=name,
             source=self.source,
             text=text,
             sha256=text_sha256(text),
-            description=str(d.get("description") or ""),
+            description=self._description(d.get("description")),
             initial=initial,
             states=states,
             transitions=declared + implicit,
@@ -92,6 +119,19 @@ class Validator:
             tools=self._tools(d),
             policy=self._policy(d.get("policy")),
         )
+        # The structural check: the declaration's type, the one the schema is generated from.
+        # The checks above refuse the usual mistakes with friendlier words; this refuses
+        # anything else that is not in the declared shape.
+        problem = structural_problem(d, MachineDocument)
+        if problem is not None:
+            message, key = problem
+            raise self.err(f"{message} (the shape: `fsm-agent schema machine`)", key)
+        return spec
+
+    def _description(self, raw: Any) -> str:
+        if raw is not None and not isinstance(raw, str):
+            raise self.err(f"description must be text, got {raw!r}", "$.description")
+        return raw or ""
 
     def _policy(self, raw: Any) -> str | None:
         if raw is None:
@@ -129,9 +169,13 @@ class Validator:
             path = f"$.states.{name}"
             self._check_name(name, "a state name", path)
             body = {} if body is None else body
-            if not isinstance(body, dict) or set(body) - {"action", "terminal"}:
+            if not isinstance(body, dict) or set(body) - _STATE_KEYS:
                 raise self.err("a state is a mapping with 'action' or 'terminal: true'", path)
-            terminal = body.get("terminal", False) is True
+            terminal = body.get("terminal", False)
+            if not isinstance(terminal, bool):
+                raise self.err(
+                    f"terminal must be true or false, got {terminal!r}", f"{path}.terminal"
+                )
             action = body.get("action")
             if terminal and action is not None:
                 raise self.err("a terminal state has no action", f"{path}.action")
@@ -153,7 +197,7 @@ class Validator:
         return tuple(out)
 
     def _check_action(self, action: Any, path: str) -> None:
-        if action in ACTION_OUTCOMES:
+        if isinstance(action, str) and action in ACTION_OUTCOMES:
             return
         if not isinstance(action, str) or ":" not in action:
             raise self.err(
@@ -198,7 +242,7 @@ class Validator:
             )
         for end in ("source", "dest"):
             name = t.get(end)
-            if name not in by_name:
+            if not isinstance(name, str) or name not in by_name:
                 raise self.err(f"unknown state {name!r}", f"{path}.{end}")
         source, dest = by_name[t["source"]], by_name[t["dest"]]
         if source.terminal:
@@ -310,11 +354,14 @@ class Validator:
         return out
 
     def _thrash(self, raw: Any) -> int:
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        """A whole number (`3.0` too, as JSON Schema counts it) from 0 (off) to MAX_BUDGET."""
+        whole = isinstance(raw, int) or (isinstance(raw, float) and raw.is_integer())
+        if isinstance(raw, bool) or not whole or not 0 <= raw <= MAX_BUDGET:
             raise self.err(
-                f"thrash_limit must be a whole number >= 0 (0 = off), got {raw!r}", "$.thrash_limit"
+                f"thrash_limit must be a whole number from 0 (off) to {MAX_BUDGET}, got {raw!r}",
+                "$.thrash_limit",
             )
-        return raw
+        return int(raw)
 
     def _tools(self, d: Mapping[str, Any]) -> tuple[str, ...] | None:
         raw = d.get("tools")

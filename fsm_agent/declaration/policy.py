@@ -18,35 +18,21 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
+import msgspec
 
+from fsm_agent.declaration.documents import PolicyDocument, section_values
 from fsm_agent.errors import InvalidInputError, MachineSpecError
 from fsm_agent.runtime.lanes import CONTROL_KEYS, ControlPlane, Lane, halt_lane_refusal
 
 if TYPE_CHECKING:
     from fsm_agent.declaration.yamlsource import LineIndex
 
-#: section -> key -> the values accepted there. Nothing outside this table is accepted.
+#: section -> key -> the values accepted there. Nothing outside this table is accepted. Read
+#: off `declarations.PolicyDocument`, the type the shipped JSON Schema is generated from.
 SCHEMA: Final[Mapping[str, Mapping[str, frozenset[str]]]] = MappingProxyType(
     {
-        "control_plane": MappingProxyType(
-            {
-                key: frozenset({"local_only"})
-                for key in ("halt", "retry_budget", "schema_repair_vote")
-            }
-        ),
-        "data_plane": MappingProxyType(
-            {
-                "draft": frozenset({"allow_free_lane", "local_only"}),
-                "summarize": frozenset({"allow_free_lane", "local_only"}),
-                "fixture_host": frozenset({"allow_free_server", "local_only"}),
-            }
-        ),
-        "routing": MappingProxyType(
-            {
-                "missing_target": frozenset({"fail_closed"}),
-                "privileged_tools_require": frozenset({"local_halt"}),
-            }
-        ),
+        field.name: MappingProxyType(section_values(field.type))
+        for field in msgspec.structs.fields(PolicyDocument)
     }
 )
 #: Why a section accepts only what it does (appended to an unknown-value error).

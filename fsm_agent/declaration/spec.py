@@ -4,7 +4,8 @@ A declaration names its states (each with the action the worker performs there, 
 for terminal states), its transitions (trigger, source, dest, guards by name, and for
 transitions into a terminal state the halt reason), its default budgets and optionally a
 tool allow-list. Everything is checked at load time (`fsm_agent.declaration.check`); nothing is
-resolved lazily.
+resolved lazily. The file's shape is `fsm_agent.declaration.documents.MachineDocument`, from
+which the shipped JSON Schema (`fsm-agent schema machine`) is generated.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ from fsm_agent.halt import HaltReason
 BUDGET_NAMES = ("max_steps", "wall_clock_ms", "max_cost", "tool_timeout_ms", "max_retries")
 _INTEGER = {"max_steps", "wall_clock_ms", "tool_timeout_ms", "max_retries"}
 _MAY_BE_ZERO = {"max_retries"}
+#: The largest budget: the largest integer every JSON reader holds exactly (2**53 - 1).
+MAX_BUDGET = 2**53 - 1
 
 
 @attrs.frozen
@@ -55,6 +57,8 @@ def check_budget(name: str, value: Any) -> int | float:
         raise BudgetError(f"must not be negative, got {value!r}", name=name)
     if value == 0 and name not in _MAY_BE_ZERO:
         raise BudgetError("must be positive (a zero budget would stop every run)", name=name)
+    if value > MAX_BUDGET:
+        raise BudgetError(f"must be at most {MAX_BUDGET}, got {value!r}", name=name)
     return int(value) if name in _INTEGER else float(value)
 
 
