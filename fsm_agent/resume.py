@@ -37,7 +37,7 @@ from fsm_agent.models import ModelAdapter
 from fsm_agent.proposals import ToolCall
 from fsm_agent.snapshot import SUCCESS_RULES, Snapshot
 from fsm_agent.spec import MachineSpec, parse_machine
-from fsm_agent.tools import ToolRegistry
+from fsm_agent.tools import ToolRegistry, check_tools
 
 Liveness = Literal["live", "gone", "elsewhere"]
 
@@ -180,6 +180,7 @@ def restore_context(
             f" version (rules {SUCCESS_RULES}) learned which calls have side effects; it is"
             " not resumed: check its last tool call by hand, then start the task again"
         )
+    check_tools(tools, snap.allowlist)  # before the run is taken: see `run`
     ctx = RunContext(
         spec=spec,
         task=run.task,

@@ -50,7 +50,7 @@ from fsm_agent.resume import Resumption, claim_run, load_resumable, restore_cont
 from fsm_agent.run_ids import check_run_id
 from fsm_agent.snapshot import Snapshot, entering
 from fsm_agent.spec import MachineSpec, load_machine
-from fsm_agent.tools import ToolRegistry
+from fsm_agent.tools import ToolRegistry, check_tools
 from fsm_agent.verdict import decision_note
 
 DEFAULT_DB = "fsm-agent.db"
@@ -120,6 +120,7 @@ def run(
     allowlist = (
         registry.names() if spec.tools is None else tuple(n for n in spec.tools if n in registry)
     )
+    check_tools(registry, allowlist)  # an annotation no schema can be made of: before the run
     opened, owned = _open_store(store)
     try:
         ctx = RunContext(
