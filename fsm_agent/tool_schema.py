@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 #: How much the model is told of a refused argument: the library's detail, the parameter's
 #: schema, and the whole problem (a hostile argument is never echoed at length).
 MAX_DETAIL_CHARS = 240
+MAX_NAME_CHARS = 64
 MAX_SCHEMA_CHARS = 300
 MAX_PROBLEM_CHARS = 800
 
@@ -62,6 +63,11 @@ class ArgumentSchema:
     quoted: Mapping[str, str] = attrs.field(factory=dict)
     #: the same for `**kwargs` values
     extra_quoted: str | None = None
+    #: the typed parameters (`**kwargs` under its own name) with an object inside that
+    #: msgspec lets unknown fields through: their `msgspec.inspect` type, walked per call
+    walks: Mapping[str, Any] = attrs.field(factory=dict)
+    #: the name of `**kwargs`
+    extra_name: str = ""
 
 
 def argument_schema(fn: Callable[..., Any], name: str) -> ArgumentSchema:
@@ -89,6 +95,8 @@ def checked_arguments(fn: Callable[..., Any], name: str, args: Mapping[str, Any]
         return dict(args)
     import msgspec
 
+    from fsm_agent.strict_fields import unknown_field
+
     encode = _encoder().encode
     values = dict(args)
     for key, value in args.items():
@@ -96,11 +104,21 @@ def checked_arguments(fn: Callable[..., Any], name: str, args: Mapping[str, Any]
         if decoder is None:
             continue
         try:
-            values[key] = decoder.decode(encode(value))
+            try:
+                raw = encode(value)
+            except (msgspec.EncodeError, TypeError, ValueError, OverflowError):
+                # not writable as UTF-8 JSON (a lone surrogate, a Python adapter's object):
+                # checked as the Python value it is
+                values[key] = msgspec.convert(value, decoder.type, strict=True)
+            else:
+                values[key] = decoder.decode(raw)
         except msgspec.ValidationError as exc:
             raise ArgumentsRefused(_type_problem(schema, key, str(exc))) from None
-        except (msgspec.EncodeError, TypeError, OverflowError):  # only from a Python adapter
-            raise ArgumentsRefused(_type_problem(schema, key, "it is not JSON")) from None
+        walk = schema.walks.get(key if key in schema.decoders else schema.extra_name)
+        found = None if walk is None else unknown_field(value, walk, key)
+        if found is not None:
+            detail = f"Object contains unknown field - at `{found}`"
+            raise ArgumentsRefused(_type_problem(schema, key, detail))
     return values
 
 
@@ -129,7 +147,10 @@ def _bind_problem(schema: ArgumentSchema, names: tuple[str, ...]) -> str | None:
     try:
         signature.bind(**dict.fromkeys(names))
     except TypeError as exc:
-        return f"{exc} (it takes {schema.shown})"
+        text = str(exc)
+        for long in (n for n in names if len(n) > MAX_NAME_CHARS):  # never echoed at length
+            text = text.replace(long, _clip(long, MAX_NAME_CHARS))
+        return f"{text} (it takes {schema.shown})"
     return None
 
 
@@ -206,6 +227,8 @@ def _assemble(
 ) -> ArgumentSchema:
     import msgspec
 
+    from fsm_agent.strict_fields import field_plan
+
     where = f"tool {name!r}"
 
     typed = [p for p in params if p.type is not None]
@@ -235,7 +258,7 @@ def _assemble(
     elif extra.type is not None:
         parameters["additionalProperties"] = of[extra.name]
     if components:
-        parameters["$defs"] = components
+        parameters["$defs"] = {k: _closed(v) for k, v in components.items()}
     extra_name = "" if extra is None else extra.name
     return ArgumentSchema(
         description=description,
@@ -246,6 +269,8 @@ def _assemble(
         extra=decoders.get(extra_name),
         quoted={k: q for k, q in quoted.items() if k != extra_name},
         extra_quoted=quoted.get(extra_name),
+        walks={p.name: w for p in typed if (w := field_plan(p.type)) is not None},
+        extra_name=extra_name,
     )
 
 
@@ -259,12 +284,21 @@ def _decoder(param: _Param, where: str) -> msgspec.json.Decoder[Any]:
         return msgspec.json.Decoder(param.type, strict=True)
     except Exception as exc:  # a type is inspected: a dataclass's field may not resolve
         raise AdapterError(
-            f"parameter {param.name!r} is annotated {_type_name(param.type)}, which a model"
-            f" cannot send as JSON ({type(exc).__name__}: {_last_line(exc)}); annotate it"
-            " with a JSON type (str, int, float, bool, list, dict, Literal, a dataclass…)"
+            f"parameter {param.name!r} is annotated {_type_name(param.type)}, a type its"
+            f" JSON arguments cannot be checked against ({type(exc).__name__}:"
+            f" {_last_line(exc)}); annotate it with JSON types (str, int, float, bool,"
+            " None, list, dict, Literal, a dataclass, attrs class or TypedDict of them …)"
             " or leave it unannotated to accept anything",
             spec=where,
         ) from None
+
+
+def _closed(component: dict[str, Any]) -> dict[str, Any]:
+    """An object's schema as it is checked: no field beyond its properties (see
+    `fsm_agent.strict_fields`)."""
+    if component.get("type") == "object" and "properties" in component:
+        return {**component, "additionalProperties": component.get("additionalProperties", False)}
+    return component
 
 
 def _set_default(prop: dict[str, Any], default: Any) -> None:
@@ -334,7 +368,7 @@ def _shown(signature: inspect.Signature) -> str:
 
 
 def _type_name(kind: Any) -> str:
-    return getattr(kind, "__qualname__", None) or repr(kind)
+    return kind.__qualname__ if isinstance(kind, type) else repr(kind)
 
 
 def _last_line(exc: Exception) -> str:
