@@ -114,6 +114,9 @@ def checked_arguments(fn: Callable[..., Any], name: str, args: Mapping[str, Any]
                 values[key] = decoder.decode(raw)
         except msgspec.ValidationError as exc:
             raise ArgumentsRefused(_type_problem(schema, key, str(exc))) from None
+        except (TypeError, ValueError) as exc:  # msgspec.convert on such a value
+            detail = f"got a value that cannot be checked as JSON ({type(exc).__name__})"
+            raise ArgumentsRefused(_type_problem(schema, key, detail)) from None
         walk = schema.walks.get(key if key in schema.decoders else schema.extra_name)
         found = None if walk is None else unknown_field(value, walk, key)
         if found is not None:

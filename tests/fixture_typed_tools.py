@@ -49,7 +49,7 @@ def search(
     """
     return ToolResult(
         receipts=(Receipt(status=200, id=f"note:{query}"),),
-        observation={"query": query, "limit": limit, "mode": mode, "tags": tags},
+        observation={"hit": f"the {query} note", "limit": limit, "mode": mode, "tags": tags},
     )
 
 
@@ -87,6 +87,6 @@ def tag(note: str, **labels: int) -> ToolResult:
 
 
 @TOOLS.tool(side_effect=False)
-def echo(anything, also: object = None) -> ToolResult:  # type: ignore[no-untyped-def]  # noqa: ANN001
+def echo(anything, also: object = None) -> ToolResult:  # type: ignore[no-untyped-def]
     """Return what it was given: unannotated, it takes any value."""
     return ToolResult(observation=[anything, also])

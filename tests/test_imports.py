@@ -11,8 +11,30 @@ import pytest
 @pytest.mark.parametrize(
     ("statement", "absent"),
     [
-        ("import fsm_agent", ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils"]),
-        ("import fsm_agent.cli", ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils"]),
+        (
+            "import fsm_agent",
+            [
+                "asyncio",
+                "ssl",
+                "multiprocessing",
+                "yaml",
+                "sqlite_utils",
+                "msgspec",
+                "docstring_parser",
+            ],
+        ),
+        (
+            "import fsm_agent.cli",
+            [
+                "asyncio",
+                "ssl",
+                "multiprocessing",
+                "yaml",
+                "sqlite_utils",
+                "msgspec",
+                "docstring_parser",
+            ],
+        ),
     ],
 )
 def test_heavy_modules_are_imported_only_when_used(statement: str, absent: list[str]) -> None:
