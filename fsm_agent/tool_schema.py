@@ -6,9 +6,15 @@ annotation, and each argument is checked by decoding its JSON with a strict
 `msgspec.json.Decoder` of its parameter's type. A model sends JSON, so an argument fits
 when its JSON decodes as that type: `"5"` is not an `int` nor `5` a `str`, `null` only
 where the type allows None, a `Literal` only its values, a nested dataclass, attrs class,
-TypedDict or msgspec Struct field by field. An unannotated parameter, or one annotated
-`Any` or `object`, accepts any value. Descriptions: the tool's is the docstring's first
-paragraph; a parameter's comes from `Annotated[T, "text"]` (or metadata with a string
+TypedDict or msgspec Struct field by field, an unknown field refused there too
+(`fsm_agent.strict_fields`). An unannotated parameter, or one annotated `Any` or `object`,
+accepts any value. (msgspec's one strictness beyond the types' meaning: in a union with an
+int-like member, an integer is checked against that member alone, so `float | Literal[1]`
+refuses 0.) The tool is called with the decoded values: for JSON types the values the model
+sent (an integer for a `float` parameter becomes a float), for a dataclass an instance; the
+journal keeps the arguments as the model sent them.
+
+Descriptions: the tool's is the docstring's first paragraph; a parameter's comes from `Annotated[T, "text"]` (or metadata with a string
 `description`, such as `msgspec.Meta(description=...)`), else from the docstring's
 parameter section (Google `Args:`, NumPy `Parameters`, reST `:param x:`, read by
 docstring_parser). Both libraries are imported when a tool is first described or checked,
@@ -43,6 +49,14 @@ class ArgumentsRefused(Exception):
     """The arguments of a call do not fit the tool's signature; the message says why."""
 
 
+class Misfit(Exception):
+    """Raised by a `Check`: the value does not fit (the message says how)."""
+
+
+#: A parameter's check: the value to call the tool with, or `Misfit`.
+Check = Callable[[Any, str], Any]
+
+
 @attrs.frozen(eq=False)
 class ArgumentSchema:
     """What a tool's signature says about its arguments, computed once per tool."""
@@ -55,19 +69,13 @@ class ArgumentSchema:
     signature: inspect.Signature | None
     #: the parameters as a model should read them: `lookup(q, limit=…)`
     shown: str
-    #: a strict decoder per typed parameter (an untyped one has none: anything goes)
-    decoders: Mapping[str, msgspec.json.Decoder[Any]] = attrs.field(factory=dict)
-    #: the decoder of `**kwargs` values, when they are typed
-    extra: msgspec.json.Decoder[Any] | None = None
+    #: the check of each typed parameter's argument (an untyped one has none: anything goes)
+    checks: Mapping[str, Check] = attrs.field(factory=dict)
+    #: the check of each `**kwargs` value, when they are typed
+    extra: Check | None = None
     #: each typed parameter's schema as the model is told it when its argument is refused
+    #: (each `**kwargs` value's under `**`)
     quoted: Mapping[str, str] = attrs.field(factory=dict)
-    #: the same for `**kwargs` values
-    extra_quoted: str | None = None
-    #: the typed parameters (`**kwargs` under its own name) with an object inside that
-    #: msgspec lets unknown fields through: their `msgspec.inspect` type, walked per call
-    walks: Mapping[str, Any] = attrs.field(factory=dict)
-    #: the name of `**kwargs`
-    extra_name: str = ""
 
 
 def argument_schema(fn: Callable[..., Any], name: str) -> ArgumentSchema:
@@ -91,43 +99,23 @@ def checked_arguments(fn: Callable[..., Any], name: str, args: Mapping[str, Any]
         problem = _names_problem(schema, tuple(args))
         if problem is not None:
             raise ArgumentsRefused(_clip(problem, MAX_PROBLEM_CHARS))
-    if not schema.decoders and schema.extra is None:
+    checks = schema.checks
+    if not checks and schema.extra is None:
         return dict(args)
-    import msgspec
-
-    from fsm_agent.strict_fields import unknown_field
-
-    encode = _encoder().encode
     values = dict(args)
     for key, value in args.items():
-        decoder = schema.decoders.get(key, schema.extra)
-        if decoder is None:
-            continue
-        try:
+        check = checks.get(key, schema.extra)
+        if check is not None:
             try:
-                raw = encode(value)
-            except (msgspec.EncodeError, TypeError, ValueError, OverflowError):
-                # not writable as UTF-8 JSON (a lone surrogate, a Python adapter's object):
-                # checked as the Python value it is
-                values[key] = msgspec.convert(value, decoder.type, strict=True)
-            else:
-                values[key] = decoder.decode(raw)
-        except msgspec.ValidationError as exc:
-            raise ArgumentsRefused(_type_problem(schema, key, str(exc))) from None
-        except (TypeError, ValueError) as exc:  # msgspec.convert on such a value
-            detail = f"got a value that cannot be checked as JSON ({type(exc).__name__})"
-            raise ArgumentsRefused(_type_problem(schema, key, detail)) from None
-        walk = schema.walks.get(key if key in schema.decoders else schema.extra_name)
-        found = None if walk is None else unknown_field(value, walk, key)
-        if found is not None:
-            detail = f"Object contains unknown field - at `{found}`"
-            raise ArgumentsRefused(_type_problem(schema, key, detail))
+                values[key] = check(value, key)
+            except Misfit as misfit:
+                raise ArgumentsRefused(_type_problem(schema, key, str(misfit))) from None
     return values
 
 
 def _type_problem(schema: ArgumentSchema, key: str, detail: str) -> str:
     where = detail.replace(" - at `$", f" - at `{key}").replace(" in `$`", f" in `{key}`")
-    quoted = schema.quoted.get(key, schema.extra_quoted)
+    quoted = schema.quoted.get(key if key in schema.checks else "**")
     problem = f"argument {key!r} does not fit its type: {_clip(where, MAX_DETAIL_CHARS)}"
     if quoted is not None:
         problem += f"; {key} takes {quoted}"
@@ -263,18 +251,50 @@ def _assemble(
     if components:
         parameters["$defs"] = {k: _closed(v) for k, v in components.items()}
     extra_name = "" if extra is None else extra.name
+    checks = {p.name: _check_of(decoders[p.name], field_plan(p.type)) for p in typed}
     return ArgumentSchema(
         description=description,
         parameters=parameters,
         signature=signature,
         shown=f"{name}({_shown(signature)})",
-        decoders={k: d for k, d in decoders.items() if k != extra_name},
-        extra=decoders.get(extra_name),
-        quoted={k: q for k, q in quoted.items() if k != extra_name},
-        extra_quoted=quoted.get(extra_name),
-        walks={p.name: w for p in typed if (w := field_plan(p.type)) is not None},
-        extra_name=extra_name,
+        checks={k: c for k, c in checks.items() if k != extra_name},
+        extra=checks.get(extra_name),
+        quoted={("**" if k == extra_name else k): q for k, q in quoted.items()},
     )
+
+
+def _check_of(decoder: msgspec.json.Decoder[Any], plan: Any) -> Check:
+    """The check of one parameter: the JSON of the value decoded strictly as its type, then
+    (for a type with objects inside that msgspec lets unknown fields through) walked for
+    such fields. Everything it uses is bound here, once: the call's cost is the check."""
+    import msgspec
+
+    from fsm_agent.strict_fields import unknown_field
+
+    encode, decode, kind = _encoder().encode, decoder.decode, decoder.type
+    invalid, unwritable = msgspec.ValidationError, (msgspec.EncodeError, TypeError, ValueError)
+
+    def check(value: Any, key: str) -> Any:
+        try:
+            try:
+                raw = encode(value)
+            except (*unwritable, OverflowError):
+                # not writable as UTF-8 JSON (a lone surrogate, a Python adapter's object):
+                # checked as the Python value it is
+                decoded = msgspec.convert(value, kind, strict=True)
+            else:
+                decoded = decode(raw)
+        except invalid as exc:
+            raise Misfit(str(exc)) from None
+        except (TypeError, ValueError) as exc:  # msgspec.convert on such a value
+            detail = f"got a value that cannot be checked as JSON ({type(exc).__name__})"
+            raise Misfit(detail) from None
+        found = None if plan is None else unknown_field(value, plan, key)
+        if found is not None:
+            raise Misfit(f"Object contains unknown field - at `{found}`")
+        return decoded
+
+    return check
 
 
 def _decoder(param: _Param, where: str) -> msgspec.json.Decoder[Any]:
