@@ -14,11 +14,12 @@ refuses 0.) The tool is called with the decoded values: for JSON types the value
 sent (an integer for a `float` parameter becomes a float), for a dataclass an instance; the
 journal keeps the arguments as the model sent them.
 
-Descriptions: the tool's is the docstring's first paragraph; a parameter's comes from `Annotated[T, "text"]` (or metadata with a string
-`description`, such as `msgspec.Meta(description=...)`), else from the docstring's
-parameter section (Google `Args:`, NumPy `Parameters`, reST `:param x:`, read by
-docstring_parser). Both libraries are imported when a tool is first described or checked,
-never by `import fsm_agent` or `fsm-agent --help`.
+Descriptions: the tool's is the docstring's first paragraph; a parameter's comes from
+`Annotated[T, "text"]` (or metadata with a string `description`, such as
+`msgspec.Meta(description=...)`), else from the docstring's parameter section (Google
+`Args:`, NumPy `Parameters`, reST `:param x:`, read by docstring_parser). Both libraries
+are imported when a tool is first described or checked, never by `import fsm_agent` or
+`fsm-agent --help`.
 """
 
 from __future__ import annotations
