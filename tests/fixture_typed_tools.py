@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Annotated, Literal, TypedDict
 
 import attrs
@@ -90,3 +91,24 @@ def tag(note: str, **labels: int) -> ToolResult:
 def echo(anything, also: object = None) -> ToolResult:  # type: ignore[no-untyped-def]
     """Return what it was given: unannotated, it takes any value."""
     return ToolResult(observation=[anything, also])
+
+
+@dataclasses.dataclass
+class Node:
+    """A recursive type: a tree of named nodes."""
+
+    name: str
+    children: list[Node] = dataclasses.field(default_factory=list)
+
+
+class Cat(msgspec.Struct, tag=True):
+    lives: int = 9
+
+
+class Dog(msgspec.Struct, tag=True, forbid_unknown_fields=True):
+    good: bool = True
+
+
+class Point(typing.NamedTuple):
+    x: int
+    line: Line | None = None

@@ -202,6 +202,36 @@ def test_a_refusal_never_echoes_hostile_input_at_length(args: dict[str, Any]) ->
     assert problem.endswith("tags=…))")  # the signature is still told
 
 
+@pytest.mark.parametrize(
+    ("kind", "value", "where"),
+    [
+        (typed.Node, {"name": "a", "children": [{"name": "b", "children": [{"name": "c",
+                                                                           "n": 1}]}]},
+         "x.children[0].children[0].n"),
+        (dict[str, typed.Line], {"one": {"sku": "a"}, "two": {"sku": "b", "n": 1}}, "x['two'].n"),
+        (tuple[int, typed.Line], [1, {"sku": "a", "n": 1}], "x[1].n"),
+        (typed.Point, [1, {"sku": "a", "n": 1}], "x[1].n"),
+        (typed.Cat | typed.Dog, {"type": "Cat", "lives": 3, "n": 1}, "x.n"),
+        (list[typed.Cat | typed.Dog], [{"type": "Dog"}, {"type": "Cat", "n": 1}], "x[1].n"),
+    ],
+    ids=["recursive", "dict_values", "tuple", "namedtuple", "tagged_union", "union_items"],
+)  # fmt: skip
+def test_an_unknown_field_anywhere_inside_is_refused_with_its_path(
+    kind: Any, value: Any, where: str
+) -> None:
+    problem = argument_problem(Tool(name="probe", fn=probe_of(kind)), {"x": value}) or ""
+    assert f"{NOT_FIT % 'x'}Object contains unknown field - at `{where}`" in problem
+    fixed = json.loads(json.dumps(value).replace(', "n": 1', ""))
+    assert argument_problem(Tool(name="probe", fn=probe_of(kind)), {"x": fixed}) is None
+
+
+def test_a_struct_that_forbids_unknown_fields_is_refused_by_msgspec_itself() -> None:
+    problem = argument_problem(
+        Tool(name="probe", fn=probe_of(typed.Cat | typed.Dog)), {"x": {"type": "Dog", "n": 1}}
+    )
+    assert f"{NOT_FIT % 'x'}Object contains unknown field `n`" in (problem or "")
+
+
 def test_the_values_passed_are_those_the_annotations_say() -> None:
     args = {**ORDER, "window": {"start": 1, "end": 2}, "weight_kg": 2}
     values = checked_arguments(typed.order, "order", args)
