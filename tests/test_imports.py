@@ -13,11 +13,27 @@ import pytest
     [
         (
             "import fsm_agent",
-            ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils", "msgspec"],
+            [
+                "asyncio",
+                "ssl",
+                "multiprocessing",
+                "yaml",
+                "sqlite_utils",
+                "msgspec",
+                "docstring_parser",
+            ],
         ),
         (
             "import fsm_agent.cli.main",
-            ["asyncio", "ssl", "multiprocessing", "yaml", "sqlite_utils", "msgspec"],
+            [
+                "asyncio",
+                "ssl",
+                "multiprocessing",
+                "yaml",
+                "sqlite_utils",
+                "msgspec",
+                "docstring_parser",
+            ],
         ),
     ],
 )

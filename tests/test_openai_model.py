@@ -251,7 +251,7 @@ def test_two_tool_calls_and_an_answer_reach_done_on_receipts(
     assert json.loads(turns[2]["tool_calls"][0]["function"]["arguments"]) == HIT
     assert json.loads(turns[3]["content"])["receipts_complete"] is True
     lookup = next(t["function"] for t in last["tools"] if t["function"]["name"] == "lookup")
-    assert lookup["parameters"]["properties"] == {"q": {"type": "string"}}
+    assert lookup["parameters"]["properties"] == {"q": {"type": "string", "default": ""}}
     assert lookup["description"].startswith("Look a fact up.")
     assert last["parallel_tool_calls"] is False
 
@@ -598,7 +598,10 @@ def test_tool_specs_come_from_the_signature() -> None:
     [slow] = describe_tools(tools, ["slow_lookup", "not_registered"])
     assert slow.parameters == {
         "type": "object",
-        "properties": {"q": {"type": "string"}, "sleep_ms": {"type": "integer"}},
+        "properties": {
+            "q": {"type": "string", "default": ""},
+            "sleep_ms": {"type": "integer", "default": 3000},
+        },
         "additionalProperties": False,
     }
 

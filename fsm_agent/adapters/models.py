@@ -11,7 +11,6 @@ raw body, and the failure is a rejection, never a success.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import typing
@@ -25,6 +24,7 @@ import attrs
 from fsm_agent.errors import AdapterError, FsmAgentError
 from fsm_agent.runtime.lanes import LOCAL, Lane
 from fsm_agent.runtime.receipts import finite_cost
+from fsm_agent.runtime.tool_schema import argument_schema
 from fsm_agent.runtime.tools import Tool, ToolRegistry
 
 if TYPE_CHECKING:
@@ -38,8 +38,8 @@ RejectionKind = typing.Literal["schema_fail", "empty_response"]
 
 @attrs.frozen
 class ToolSpec:
-    """A tool as a model is shown it: its name, a one-line description and a JSON Schema of
-    its arguments (from the function's signature)."""
+    """A tool as a model is shown it: its name, its docstring's first paragraph and the JSON
+    Schema of its arguments (from the function's signature: `fsm_agent.runtime.tool_schema`)."""
 
     name: str
     description: str
@@ -131,46 +131,9 @@ def clip(text: str, limit: int = MAX_RAW_CHARS) -> str:
     return f"{text[:limit]}… [{len(text) - limit} more characters]"
 
 
-_JSON_TYPES: dict[Any, str] = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    list: "array",
-    dict: "object",
-}
-
-
 def _describe(tool: Tool) -> ToolSpec:
-    fn = tool.fn
-    doc = inspect.getdoc(fn) or ""
-    description = " ".join(doc.split("\n\n", 1)[0].split())
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return ToolSpec(tool.name, description, {"type": "object"})
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:  # an annotation that does not resolve: describe the names only
-        hints = {}
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    open_ended = False
-    for param in signature.parameters.values():
-        if param.kind is param.VAR_KEYWORD:
-            open_ended = True
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        json_type = _JSON_TYPES.get(hints.get(param.name))
-        properties[param.name] = {"type": json_type} if json_type else {}
-        if param.default is param.empty:
-            required.append(param.name)
-    parameters: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        parameters["required"] = required
-    if not open_ended:
-        parameters["additionalProperties"] = False
-    return ToolSpec(tool.name, description, parameters)
+    schema = argument_schema(tool.fn, tool.name)
+    return ToolSpec(tool.name, schema.description, schema.parameters)
 
 
 #: Specs per registry and allow-list, computed once: a registry refuses a second tool of the

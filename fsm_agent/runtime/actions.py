@@ -38,7 +38,8 @@ from fsm_agent.runtime.proposals import (
 from fsm_agent.runtime.receipts import receipts_complete
 from fsm_agent.runtime.record import ToolCallEntry
 from fsm_agent.runtime.snapshot import Snapshot, ToolOutcome
-from fsm_agent.runtime.tools import ToolResult, argument_problem
+from fsm_agent.runtime.tool_schema import ArgumentsRefused
+from fsm_agent.runtime.tools import ToolResult, tool_arguments
 
 
 @attrs.frozen
@@ -298,11 +299,12 @@ def _run_tool(ctx: RunContext) -> Steps[tuple[str, Facts]]:
     if tool.privileged:
         assert_local_halt(ctx.control, "halt", ctx.halt_lane)
     args = dict(proposal.args)
-    problem = argument_problem(tool, args)
-    if problem is not None:  # never called (no call recorded): the model may try again
+    try:
+        kwargs = tool_arguments(tool, args)  # as the parameters' types decode them
+    except ArgumentsRefused as refused:  # never called (no call recorded): the model may retry
         outcome = ctx.tool = ToolOutcome(
             name=tool.name, args=args, status="failed", retryable=True, side_effect=False,
-            error=f"arguments refused before the call: {problem}; {tool.name} was not called",
+            error=f"arguments refused before the call: {refused}; {tool.name} was not called",
         )  # fmt: skip
     else:
         call = yield from _side_effect_call(
@@ -311,7 +313,7 @@ def _run_tool(ctx: RunContext) -> Steps[tuple[str, Facts]]:
             args,
             lambda timeout_s: Call(
                 tool.fn,
-                kwargs=args,
+                kwargs=kwargs,
                 timeout_s=timeout_s,
                 isolation=tool.isolation,
                 name=f"tool:{tool.name}",

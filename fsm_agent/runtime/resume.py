@@ -38,7 +38,7 @@ from fsm_agent.runtime.context import Clock, RunContext
 from fsm_agent.runtime.halting import Halting
 from fsm_agent.runtime.proposals import ToolCall
 from fsm_agent.runtime.snapshot import SUCCESS_RULES, Snapshot
-from fsm_agent.runtime.tools import ToolRegistry
+from fsm_agent.runtime.tools import ToolRegistry, check_tools
 
 Liveness = Literal["live", "gone", "elsewhere"]
 
@@ -181,6 +181,7 @@ def restore_context(
             f" version (rules {SUCCESS_RULES}) learned which calls have side effects; it is"
             " not resumed: check its last tool call by hand, then start the task again"
         )
+    check_tools(tools, snap.allowlist)  # before the run is taken: see `run`
     ctx = RunContext(
         spec=spec,
         task=run.task,

@@ -6,8 +6,6 @@ tool returns a `ToolResult` (or a dict of the same shape); receipts are its evid
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -19,6 +17,7 @@ from fsm_agent.runtime.deadline import Isolation
 from fsm_agent.runtime.interrupts import raised_by_user_code
 from fsm_agent.runtime.lanes import LOCAL, Lane
 from fsm_agent.runtime.receipts import Receipt, finite_cost
+from fsm_agent.runtime.tool_schema import ArgumentsRefused, argument_schema, checked_arguments
 
 
 @attrs.frozen
@@ -69,55 +68,21 @@ class Tool:
 
 
 def argument_problem(tool: Tool, args: Mapping[str, Any]) -> str | None:
-    """Why the tool cannot take `args` (a required argument missing, one it does not know),
-    or None. Checked before the call: a call the tool's signature refuses is never made, so
-    the model can be asked again without a side effect to worry about. Only the names of
-    the arguments count, so the verdict is kept per tool and set of names."""
-    names = tuple(args)
+    """Why the tool cannot take `args` (a required argument missing, one it does not know, a
+    value that does not fit its parameter's type), or None. See `tool_arguments`."""
     try:
-        return _cached_problem(tool.fn, tool.name, names)
-    except TypeError:  # an unhashable callable: not cached
-        return _problem(tool.fn, tool.name, names)
-
-
-def _problem(fn: Callable[..., Any], name: str, names: tuple[str, ...]) -> str | None:
-    signature = _signature(fn)
-    if signature is None:
-        return None
-    try:
-        signature.bind(**dict.fromkeys(names))
-    except TypeError as exc:
-        return f"{exc} (it takes {name}({_parameters(signature)}))"
+        tool_arguments(tool, args)
+    except ArgumentsRefused as exc:
+        return str(exc)
     return None
 
 
-_cached_problem = functools.lru_cache(maxsize=4096)(_problem)
-
-
-def _parameters(signature: inspect.Signature) -> str:
-    """The parameters as a model should read them: names, `*`/`**`, `=…` for a default."""
-    shown = []
-    for p in signature.parameters.values():
-        star = "*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else ""
-        shown.append(f"{star}{p.name}{'' if p.default is p.empty else '=…'}")
-    return ", ".join(shown)
-
-
-def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
-    try:
-        return _cached_signature(fn)
-    except TypeError:  # an unhashable callable: not cached
-        return _signature_of(fn)
-
-
-def _signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
-    try:
-        return inspect.signature(fn)
-    except (TypeError, ValueError):  # a builtin without one: the call decides
-        return None
-
-
-_cached_signature = functools.lru_cache(maxsize=1024)(_signature_of)
+def tool_arguments(tool: Tool, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments the tool is called with, checked before the call against the JSON
+    Schema of its signature (`fsm_agent.runtime.tool_schema`): a call the tool's signature refuses
+    is never made, so the model can be asked again without a side effect to worry about.
+    Raises `ArgumentsRefused` saying why."""
+    return checked_arguments(tool.fn, tool.name, args)
 
 
 class ToolRegistry:
@@ -204,4 +169,16 @@ def load_tools(module_name: str, search: Search = ()) -> ToolRegistry:
             "module has no TOOLS = ToolRegistry(...) (or new_tools() returning one)",
             spec=module_name,
         )
+    check_tools(registry)
     return registry
+
+
+def check_tools(registry: ToolRegistry, names: tuple[str, ...] | None = None) -> None:
+    """Build the argument schema of each tool (or of those among `names`) now, so that an
+    annotation that does not resolve, or names a type JSON cannot carry, is an
+    `AdapterError` naming the tool before a run starts, not a failure in the middle of one.
+    (Not done by `ToolRegistry.add`: a tools module may define the types its annotations
+    name after the functions that use them.)"""
+    for tool in registry:
+        if names is None or tool.name in names:
+            argument_schema(tool.fn, tool.name)

@@ -51,7 +51,7 @@ from fsm_agent.runtime.operator import OperatorControls, RoutingFrozen
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.resume import Resumption, claim_run, load_resumable, restore_context
 from fsm_agent.runtime.snapshot import Snapshot, entering
-from fsm_agent.runtime.tools import ToolRegistry
+from fsm_agent.runtime.tools import ToolRegistry, check_tools
 from fsm_agent.runtime.verdict import decision_note
 
 DEFAULT_DB = "fsm-agent.db"
@@ -123,6 +123,7 @@ def run(
     allowlist = (
         registry.names() if spec.tools is None else tuple(n for n in spec.tools if n in registry)
     )
+    check_tools(registry, allowlist)  # an annotation no schema can be made of: before the run
     opened, owned = _open_store(store)
     try:
         ctx = RunContext(
