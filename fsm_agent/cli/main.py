@@ -28,6 +28,7 @@ from fsm_agent.cli.options import (
     json_option,
     model_options,
     read_journal,
+    record_option,
     refuse_overlaps,
     shell_arg,
     shown,
@@ -37,7 +38,6 @@ from fsm_agent.halt import run_exit_codes
 from fsm_agent.journal import serde
 from fsm_agent.journal.store import Event
 from fsm_agent.run_ids import resolve_run_id
-from fsm_agent.runtime.record import DEFAULT_RECORD_PATH
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
 from fsm_agent.runtime.worker import run as run_machine
 
@@ -76,14 +76,7 @@ def _run_help() -> str:
     type=click.Path(dir_okay=False),
     help="Halt policy file (halt-policy.yml); checked strictly, fails closed.",
 )
-@click.option(
-    "--record",
-    "record_path",
-    type=OutputPath(),
-    default=DEFAULT_RECORD_PATH,
-    show_default=True,
-    help="Where the halt record JSON is written (never over the journal, a directory or a device).",
-)
+@record_option
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No live step lines on stderr.")
 @cli_errors

@@ -20,6 +20,7 @@ from fsm_agent.cli.options import (
     json_option,
     model_options,
     read_journal,
+    record_option,
     refuse_overlaps,
     say_result,
     shell_arg,
@@ -33,7 +34,7 @@ from fsm_agent.journal.chain_key import key_from_env, read_key_file
 from fsm_agent.journal.runfile import read_run_file, verify_run_file
 from fsm_agent.journal.store import Event
 from fsm_agent.run_ids import names_a_file, resolve_run_id
-from fsm_agent.runtime.record import DEFAULT_RECORD_PATH, HaltRecord, read_record
+from fsm_agent.runtime.record import HaltRecord, read_record
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
 
 
@@ -192,14 +193,7 @@ def pause(run_id: str, why: str, who: str | None, db: str, as_json: bool) -> Non
     type=OutputPath(),
     help="Ship a run file of the whole run here before it may halt (as for `run`).",
 )
-@click.option(
-    "--record",
-    "record_path",
-    type=OutputPath(),
-    default=DEFAULT_RECORD_PATH,
-    show_default=True,
-    help="Where the halt record JSON is written (never over the journal, a directory or a device).",
-)
+@record_option
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No live step lines on stderr.")
 @cli_errors

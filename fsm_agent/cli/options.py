@@ -144,6 +144,21 @@ def db_option(fn: F) -> F:
     )(fn)
 
 
+def record_option(fn: F) -> F:
+    """`--record PATH`, where a command that drives a run writes its halt record."""
+    from fsm_agent.runtime.record import DEFAULT_RECORD_PATH
+
+    return click.option(
+        "--record",
+        "record_path",
+        type=OutputPath(),
+        default=DEFAULT_RECORD_PATH,
+        show_default=True,
+        help="Where the halt record JSON is written (never over the journal, a directory or a"
+        " device).",
+    )(fn)
+
+
 def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(fn)
 
