@@ -74,6 +74,17 @@ def test_run_writes_the_journal_it_is_given_and_no_record_unless_asked(cwd: Path
         store.close()
 
 
+def test_a_run_without_a_journal_named_is_refused_and_writes_nothing(cwd: Path) -> None:
+    """No `./fsm-agent.db` appears unasked: `store` has no default in the library."""
+    tools = load_tools("fsm_agent.examples.halt_lab.tools")
+    model = ScriptedModel([ANSWER])
+    with pytest.raises(TypeError, match="store"):
+        run("agent_loop", task=TASK, model=model, tools=tools)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="store"):
+        resume_run("abc", model=model, tools=tools)  # type: ignore[call-arg]
+    assert appeared(cwd) == set()
+
+
 def test_run_writes_its_record_where_it_is_asked_and_nowhere_else(cwd: Path) -> None:
     record = lab("j.db", record_path=Path("out") / "r.json")
     assert appeared(cwd) == {"j.db", "out/r.json"}

@@ -71,7 +71,7 @@ def run(
     task: str,
     model: ModelAdapter,
     tools: ToolRegistry | None = None,
-    store: Store | str | os.PathLike[str] = DEFAULT_DB,
+    store: Store | str | os.PathLike[str],
     budgets: Mapping[str, int | float | None] | None = None,
     record_path: str | os.PathLike[str] | None = None,
     halt_lane: Lane = LOCAL,
@@ -89,9 +89,10 @@ def run(
     """Run `task` on a declared machine until it halts; return the halt record.
 
     Budgets are the machine's defaults with `budgets` overrides applied, frozen at start.
-    The record is stored in the journal, and written to `record_path` when one is given (a
-    library call writes no file it was not asked for; the CLI's `--record` defaults to
-    `./halt-contract.json`). Raises
+    `store` is the journal: a `Store`, a SQLite file path or a PostgreSQL DSN; it has no
+    default (the CLI's `--db` defaults to `./fsm-agent.db`). The record is stored in the
+    journal, and written to `record_path` when one is given (a library call writes no file
+    it was not asked for; the CLI's `--record` defaults to `./halt-contract.json`). Raises
     `InvalidInputError` for bad input before anything runs, and `JournalError` if the
     journal cannot be written (after writing the record file). With `trace_copy`, a run file
     of the whole run is written there before the run may halt; if that fails, a run that
@@ -172,7 +173,7 @@ def resume_run(
     *,
     model: ModelAdapter,
     tools: ToolRegistry | None = None,
-    store: Store | str | os.PathLike[str] = DEFAULT_DB,
+    store: Store | str | os.PathLike[str],
     record_path: str | os.PathLike[str] | None = None,
     clock: Clock = time.monotonic,
     on_transition: Callable[[Event], None] | None = None,
