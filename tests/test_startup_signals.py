@@ -32,10 +32,15 @@ ROOT = Path(__file__).parent.parent
 WAIT_S = 60.0
 #: up to here from the start of the process: imports, the run's start, its first steps
 LATEST_S = 0.4
-#: A frame of fsm-agent's own code. The package's `__init__.py` is loaded (and, in a fresh
-#: checkout, compiled) by the import system before `fsm_agent.cli.entry` can install its
-#: handlers: a signal landing there is still the interpreter's start, not fsm-agent's.
-OUR_FRAME = re.compile(r'File "[^"]*[/\\]fsm_agent[/\\](?!__init__\.py", line \d+, in <module>)')
+#: A frame of fsm-agent's own code. The packages' `__init__.py` files (`fsm_agent`,
+#: `fsm_agent.cli`) and `__main__.py`'s import line run (and, in a fresh checkout, are
+#: compiled) before `fsm_agent.cli.entry` can install its handlers: a signal landing in one
+#: of those module bodies is still the interpreter's start, not fsm-agent's.
+OUR_FRAME = re.compile(
+    r'File "[^"]*[/\\]fsm_agent[/\\]'
+    r'(?!(?:cli[/\\])?__init__\.py", line \d+, in <module>)'
+    r'(?!__main__\.py", line \d+, in <module>)'
+)
 
 
 def command() -> list[str]:
