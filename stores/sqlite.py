@@ -11,11 +11,10 @@ from __future__ import annotations
 import gc
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import sqlite_utils
@@ -26,8 +25,6 @@ from fsm_agent.journal.chain_key import key_from_env
 from fsm_agent.journal.store import (
     Control,
     Event,
-    Job,
-    JobStatus,
     RunRow,
     RunStatus,
     RunSummary,
@@ -35,10 +32,10 @@ from fsm_agent.journal.store import (
 from fsm_agent.run_ids import RunNotFound
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.stores import codec
-from fsm_agent.stores import sqlite_schema as queue_sql
 from fsm_agent.stores.run_chains import RunChains
 from fsm_agent.stores.run_lookup import RunLookup
 from fsm_agent.stores.sqlite_open import Synchronous, explain, open_journal
+from fsm_agent.stores.sqlite_queue import SqliteQueue
 from fsm_agent.stores.sqlite_schema import (
     APPEND_EVENT,
     APPEND_ROWS_MAX,
@@ -77,7 +74,7 @@ class _Row(sqlite3.Row):
             return default
 
 
-class SqliteStore(RunLookup, RunChains):
+class SqliteStore(SqliteQueue, RunLookup, RunChains):
     """A journal in one SQLite file (default `./fsm-agent.db`); `read_only=True` opens it
     only to read (nothing is created, migrated or written)."""
 
@@ -407,54 +404,6 @@ class SqliteStore(RunLookup, RunChains):
         sql = "SELECT * FROM controls WHERE (run_id = ? OR run_id IS NULL) AND id > ? ORDER BY id"
         rows = self._read(lambda: list(self.db.query(sql, [run_id, after])))
         return [codec.control(r, self._error) for r in rows]
-
-    # --- the run queue (its statements: fsm_agent.stores.sqlite_schema)
-    # -----------------------------
-
-    def enqueue(self, job: Job) -> None:
-        with self._tx(job.run_id) as conn:
-            if conn.execute(queue_sql.JOB_OR_RUN, {"id": job.run_id}).fetchone():
-                raise self._error(codec.RUN_ID_USED, job.run_id)
-            conn.execute(queue_sql.INSERT_JOB, codec.job_params(job))
-
-    def lease_job(self, owner: str, lease_s: float) -> Job | None:
-        """One statement under BEGIN IMMEDIATE: no two workers take a job while it is leased."""
-        now = time.time()
-        with self._tx(None) as conn:
-            params = {"owner": owner, "now": now, "until": now + lease_s}
-            taken = conn.execute(queue_sql.LEASE_JOB, params).fetchall()
-        return self._jobs(taken)[0] if taken else None
-
-    def renew_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
-        until = time.time() + lease_s
-        return self._queue_write(queue_sql.RENEW_LEASE, run_id, owner, until=until)
-
-    def release_job(self, run_id: str, owner: str, status: Literal["queued", "done"]) -> bool:
-        return self._queue_write(queue_sql.RELEASE_JOB, run_id, owner, status=status)
-
-    def dequeue_job(self, run_id: str, note: str) -> JobStatus | None:
-        params = {"run_id": run_id, "note": note, "now": time.time()}
-        with self._tx(run_id) as conn:
-            row = conn.execute(queue_sql.DEQUEUE_JOB, params).fetchone()
-        return None if row is None else row[0]
-
-    def jobs(self, status: JobStatus | None = None, limit: int | None = None) -> list[Job]:
-        return self._jobs(self._tuples(*queue_sql.select_jobs(status, limit)))
-
-    def job_counts(self) -> dict[JobStatus, int]:
-        return dict(self._tuples(queue_sql.JOB_COUNTS, ()))
-
-    def job(self, run_id: str) -> Job | None:
-        found = self._jobs(self._tuples(*queue_sql.select_job(run_id)))
-        return found[0] if found else None
-
-    def _queue_write(self, sql: str, run_id: str, owner: str, **params: Any) -> bool:
-        params |= {"run_id": run_id, "owner": owner}
-        with self._tx(run_id, atomic=False) as conn:
-            return self._locked(lambda: conn.execute(sql, params), run_id).rowcount == 1
-
-    def _jobs(self, rows: list[tuple[Any, ...]]) -> list[Job]:
-        return [codec.job(dict(zip(codec.JOB_COLUMNS, r, strict=True)), self._error) for r in rows]
 
     def close(self) -> None:
         self.conn.close()
