@@ -31,8 +31,6 @@ from fsm_agent.journal.chain_key import key_from_env
 from fsm_agent.journal.store import (
     Control,
     Event,
-    Job,
-    JobStatus,
     RunRow,
     RunStatus,
     RunSummary,
@@ -42,25 +40,19 @@ from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.stores import codec
 from fsm_agent.stores.dsn import redact_dsn
 from fsm_agent.stores.postgres_open import connect, explain, passwords, scrub
+from fsm_agent.stores.postgres_queue import PostgresQueue
 from fsm_agent.stores.postgres_schema import (
     APPEND_EVENT,
     APPEND_ROWS_MAX,
     CLAIM_RUN,
-    DEQUEUE_JOB,
     FINISH_RUN,
     INSERT_DECLARATION,
     INSERT_EVENT,
-    INSERT_JOB,
     INSERT_RUN,
-    JOB_COUNTS,
-    LEASE_JOB,
     LOCK_HEAD,
-    RELEASE_JOB,
-    RENEW_LEASE,
     SELECT_CHAIN,
     SELECT_EVENTS,
     SELECT_HEAD,
-    SELECT_JOBS,
     SELECT_RUNS,
     SELECT_SUMMARIES,
     append_rows,
@@ -71,7 +63,7 @@ from fsm_agent.stores.run_lookup import RunLookup
 Verb = Literal["read", "write"]
 
 
-class PostgresStore(RunLookup, RunChains):
+class PostgresStore(PostgresQueue, RunLookup, RunChains):
     """A journal in a PostgreSQL database (the tables of the DSN's search path)."""
 
     SELECT_CHAIN = "SELECT chain FROM runs WHERE run_id = %s"
@@ -367,51 +359,3 @@ class PostgresStore(RunLookup, RunChains):
             (run_id, after),
         )
         return [codec.control(r, self._error) for r in rows]
-
-    # --- the run queue --------------------------------------------------------------------
-
-    def enqueue(self, job: Job) -> None:
-        """Add a job; refuse a run id already queued or journaled."""
-        with self._tx(job.run_id) as conn:
-            journaled = conn.execute("SELECT 1 FROM runs WHERE run_id = %s", (job.run_id,))
-            inserted = (
-                journaled.fetchone() is None
-                and conn.execute(INSERT_JOB, codec.job_params(job)).rowcount == 1
-            )
-        if not inserted:
-            raise self._error(codec.RUN_ID_USED, job.run_id)
-
-    def lease_job(self, owner: str, lease_s: float) -> Job | None:
-        """Take the oldest job that is queued or whose lease expired (`FOR UPDATE SKIP
-        LOCKED`: two workers never take the same row); the server's clock decides."""
-        with self._tx(None) as conn:
-            cursor = conn.cursor(row_factory=dict_row)
-            row = cursor.execute(LEASE_JOB, (owner, float(lease_s))).fetchone()
-        return None if row is None else codec.job(row, self._error)
-
-    def renew_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
-        with self._tx(run_id) as conn:
-            return conn.execute(RENEW_LEASE, (float(lease_s), run_id, owner)).rowcount == 1
-
-    def release_job(self, run_id: str, owner: str, status: Literal["queued", "done"]) -> bool:
-        if status not in ("queued", "done"):
-            raise self._error(f"cannot release a job as {status!r}", run_id)
-        with self._tx(run_id) as conn:
-            params = {"status": status, "run_id": run_id, "owner": owner}
-            return conn.execute(RELEASE_JOB, params).rowcount == 1
-
-    def dequeue_job(self, run_id: str, note: str) -> JobStatus | None:
-        with self._tx(run_id) as conn:
-            row = conn.execute(DEQUEUE_JOB, {"run_id": run_id, "note": note}).fetchone()
-        return None if row is None else row[0]
-
-    def jobs(self, status: JobStatus | None = None, limit: int | None = None) -> list[Job]:
-        rows = self._rows(SELECT_JOBS, {"status": status, "limit": limit})  # NULL: no limit
-        return [codec.job(r, self._error) for r in rows]
-
-    def job_counts(self) -> dict[JobStatus, int]:
-        return dict(self._tuples(JOB_COUNTS, ()))
-
-    def job(self, run_id: str) -> Job | None:
-        rows = self._rows("SELECT * FROM queue WHERE run_id = %s", (run_id,))
-        return codec.job(rows[0], self._error) if rows else None
