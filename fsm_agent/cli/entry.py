@@ -5,7 +5,10 @@ a signal in that time used to print a `KeyboardInterrupt` traceback or exit 1. S
 handlers go in before anything else is imported (this module and the package's `__init__`
 load nothing new): until a run installs its own (which make the signal a journaled
 `interrupted` halt) and after it removes them, a signal ends the process with 128+N and one
-line on stderr, no traceback. While these handlers are in place a real signal is
+line on stderr, no traceback. While the command's own modules are being imported, a signal
+is only marked and taken the moment that import is done (an exception thrown into the
+import system's own code can break its module locks or be lost); from then on it is raised
+at once. While these handlers are in place a real signal is
 `Interrupted`, never `KeyboardInterrupt`, so a `KeyboardInterrupt` can only come from user
 code (see `fsm_agent.runtime.interrupts.raised_by_user_code`).
 
@@ -37,6 +40,9 @@ else:  # the C module Python loaded at its own start (`signal` would add enum: ~
 _stopping: int | None = None
 #: Set once the process is on its way out: a signal then changes nothing.
 _exiting = False
+#: True while the command's own modules are imported: a signal then only marks the stop,
+#: and it is acted on the moment the import is done (see `main`).
+_loading = False
 
 
 def _interrupted_type() -> type[BaseException] | None:
@@ -48,7 +54,7 @@ def _interrupted_type() -> type[BaseException] | None:
 def _handler(signum: int, frame: FrameType | None) -> None:
     global _stopping
     _stopping = signum
-    if _exiting:
+    if _exiting or _loading:
         return
     interrupted = _interrupted_type()
     if interrupted is None:  # so early that nothing is loaded that would need to unwind
@@ -91,13 +97,22 @@ def _say_stopped(signum: int) -> None:
 
 def main() -> None:
     """`fsm-agent`: the CLI, with the signal handlers installed before it is imported."""
-    global _exiting
+    global _exiting, _loading
     for sig in (_signal.SIGTERM, _signal.SIGINT):
         _signal.signal(sig, _handler)
     sys.unraisablehook = _lost_stop
     try:
-        from fsm_agent.cli.main import main as cli_main
-
+        # An exception raised by a handler in the middle of the import system's own code
+        # can leave its module locks broken (a KeyError traceback) or be lost altogether
+        # (the command went on and ran): while fsm-agent's own modules load (bounded, no
+        # user code), a signal only marks the stop, and the stop is taken right after.
+        _loading = True
+        try:
+            from fsm_agent.cli.main import main as cli_main
+        finally:
+            _loading = False
+        if _stopping is not None:
+            raise SystemExit(128 + _stopping)
         cli_main()
     except BaseException as exc:
         _exiting = True
