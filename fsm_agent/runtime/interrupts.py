@@ -114,13 +114,27 @@ class InterruptGate:
         if not enabled or threading.current_thread() is not threading.main_thread():
             yield self
             return
-        for sig in HANDLED:
-            self._previous[int(sig)] = signal.signal(sig, self._handler)
+        # A signal between installing (or restoring) one handler and the next must not raise
+        # here, outside the run's own try: it is held, then taken at the run's first commit
+        # (`critical`), or, after the run, sent again to the handlers it had before.
+        self._depth += 1
+        try:
+            for sig in HANDLED:
+                self._previous[int(sig)] = signal.signal(sig, self._handler)
+        finally:
+            self._depth -= 1
         try:
             yield self
         finally:
-            for signum, previous in self._previous.items():
-                signal.signal(signum, previous)
+            self._depth += 1
+            try:
+                for signum, previous in self._previous.items():
+                    signal.signal(signum, previous)
+            finally:
+                self._depth -= 1
+            if self.pending is not None and self._depth == 0:
+                self.deferred = self.deferred or self.pending
+                self.pending = None
             if self.deferred is not None and not self.raised:
                 signum, self.deferred = self.deferred, None
                 signal.raise_signal(signum)
