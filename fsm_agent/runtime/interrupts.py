@@ -108,6 +108,13 @@ class InterruptGate:
         self.raised = True
         raise Interrupted(signum)
 
+    def _defer_pending(self) -> None:
+        """Outside every deferring block, a held signal becomes the one sent again when the
+        run's handlers are gone (`installed`)."""
+        if self.pending is not None and self._depth == 0:
+            self.deferred = self.deferred or self.pending
+        self.pending = None
+
     @contextmanager
     def installed(self, enabled: bool = True) -> Iterator[InterruptGate]:
         """Install the handlers for the duration (only possible in the main thread)."""
@@ -132,9 +139,7 @@ class InterruptGate:
                     signal.signal(signum, previous)
             finally:
                 self._depth -= 1
-            if self.pending is not None and self._depth == 0:
-                self.deferred = self.deferred or self.pending
-                self.pending = None
+            self._defer_pending()
             if self.deferred is not None and not self.raised:
                 signum, self.deferred = self.deferred, None
                 signal.raise_signal(signum)
@@ -152,9 +157,7 @@ class InterruptGate:
             yield
         finally:
             self._depth -= 1
-            if self.pending is not None and self._depth == 0:
-                self.deferred = self.deferred or self.pending
-            self.pending = None
+            self._defer_pending()
 
 
 class _Critical:
