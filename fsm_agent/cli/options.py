@@ -24,7 +24,6 @@ from fsm_agent.errors import FsmAgentError, InvalidInputError
 from fsm_agent.halt import EXIT_INTERNAL_ERROR, EXIT_INVALID_INPUT
 from fsm_agent.journal.store import Store
 from fsm_agent.redaction import env_secrets
-from fsm_agent.runtime.worker import DEFAULT_DB
 
 if TYPE_CHECKING:
     from fsm_agent.adapters.openai import Endpoint
@@ -131,6 +130,11 @@ def shell_arg(db: str) -> str:
     import shlex
 
     return shlex.quote(shown(db))
+
+
+#: The journal a command uses when `--db` (and FSM_AGENT_DB) is not given; the library has
+#: no default (a library call names its journal).
+DEFAULT_DB = "fsm-agent.db"
 
 
 def db_option(fn: F) -> F:

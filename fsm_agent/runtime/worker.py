@@ -54,8 +54,6 @@ from fsm_agent.runtime.snapshot import Snapshot, entering
 from fsm_agent.runtime.tools import ToolRegistry, check_tools
 from fsm_agent.runtime.verdict import decision_note
 
-DEFAULT_DB = "fsm-agent.db"
-
 
 def _open_store(store: Store | str | os.PathLike[str]) -> tuple[Store, bool]:
     if isinstance(store, str | os.PathLike):
