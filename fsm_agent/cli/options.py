@@ -24,6 +24,7 @@ from fsm_agent.errors import FsmAgentError, InvalidInputError
 from fsm_agent.halt import EXIT_INTERNAL_ERROR, EXIT_INVALID_INPUT
 from fsm_agent.journal.store import Store
 from fsm_agent.redaction import env_secrets
+from fsm_agent.runtime.record import DEFAULT_RECORD_PATH
 
 if TYPE_CHECKING:
     from fsm_agent.adapters.openai import Endpoint
@@ -150,8 +151,6 @@ def db_option(fn: F) -> F:
 
 def record_option(fn: F) -> F:
     """`--record PATH`, where a command that drives a run writes its halt record."""
-    from fsm_agent.runtime.record import DEFAULT_RECORD_PATH
-
     return click.option(
         "--record",
         "record_path",
