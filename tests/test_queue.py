@@ -85,7 +85,7 @@ def pg_location() -> Iterator[str]:
         psycopg = importlib.import_module("psycopg")
     except ImportError as exc:
         _unavailable(f"fsm_agent.stores.postgres is not importable ({exc})")
-    dsn = os.environ.get(PG_ENV, PG_DEFAULT)
+    dsn = os.environ.get(PG_ENV) or PG_DEFAULT  # set but empty: the default, never a file
     try:
         admin = psycopg.connect(dsn, autocommit=True, connect_timeout=3)
     except psycopg.Error as exc:

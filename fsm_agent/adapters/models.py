@@ -17,7 +17,7 @@ import typing
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -26,9 +26,7 @@ from fsm_agent.runtime.lanes import LOCAL, Lane
 from fsm_agent.runtime.receipts import finite_cost
 from fsm_agent.runtime.tool_schema import argument_schema
 from fsm_agent.runtime.tools import Tool, ToolRegistry
-
-if TYPE_CHECKING:
-    pass
+from fsm_agent.runtime.usage import ModelUsage
 
 #: How much of a failed call's raw body is journaled.
 MAX_RAW_CHARS = 2000
@@ -91,10 +89,13 @@ class Prompt:
 
 @attrs.frozen
 class ModelReply:
-    """A raw reply plus the cost the adapter reports for producing it (dollars)."""
+    """A raw reply plus the cost the adapter reports for producing it (dollars) and, when it
+    knows them, the call's tokens, models and finish reason (`usage`; the runtime adds the
+    latency)."""
 
     content: Any
     cost: float = attrs.field(default=0.0, validator=finite_cost)
+    usage: ModelUsage | None = None
 
 
 class ModelCallFailed(FsmAgentError):
@@ -110,6 +111,7 @@ class ModelCallFailed(FsmAgentError):
         raw: str | None = None,
         rejection: RejectionKind = "empty_response",
         cost: float = 0.0,
+        usage: ModelUsage | None = None,
     ) -> None:
         finite = isinstance(cost, int | float) and not isinstance(cost, bool)
         if not finite or not math.isfinite(cost) or cost < 0:
@@ -121,6 +123,8 @@ class ModelCallFailed(FsmAgentError):
         self.raw_full = raw
         self.rejection: RejectionKind = rejection
         self.cost = float(cost)
+        #: what the failed call used, when the adapter knows (a reply with no usable choice)
+        self.usage = usage
         super().__init__(f"{kind}: {detail}")
 
 

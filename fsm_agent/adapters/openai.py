@@ -45,6 +45,7 @@ from fsm_agent.encoding import wire_json
 from fsm_agent.errors import AdapterError
 from fsm_agent.redaction import MIN_SECRET_CHARS, NO_SECRETS, Redactor, Secret
 from fsm_agent.runtime.lanes import Lane, LaneTier
+from fsm_agent.runtime.usage import ModelUsage
 
 if TYPE_CHECKING:
     import ssl
@@ -316,22 +317,45 @@ class OpenAIChatModel:
         cost = self.cost(data.get("usage"))
         choices = data.get("choices")
         first = choices[0] if isinstance(choices, list) and choices else None
+        usage = self.usage(data, first)
         message = first.get("message") if isinstance(first, dict) else None
         if not isinstance(message, dict):
             what = "no choices" if first is None else "a first choice with no message"
-            raise self._fault("no_choices", f"the reply has {what}", raw=body, cost=cost)
+            raise self._fault("no_choices", f"the reply has {what}", raw=body, cost=cost,
+                              usage=usage)  # fmt: skip
         # A reply that echoes the key (in its text, an answer, a tool's name or arguments)
         # is redacted here, before the parser or the journal sees it.
-        proposal = self._proposal(message, body, cost)
-        return ModelReply(content=self.secrets.value(proposal), cost=cost)
+        proposal = self._proposal(message, body, cost, usage)
+        return ModelReply(content=self.secrets.value(proposal), cost=cost, usage=usage)
 
-    def _proposal(self, message: dict[str, Any], body: bytes, cost: float) -> Any:
+    def usage(self, data: dict[str, Any], first: Any) -> ModelUsage:
+        """What the reply says it used and who answered: `usage.prompt_tokens` /
+        `completion_tokens`, `model`, `id` and the first choice's `finish_reason` (each
+        None when missing or not of its type). The latency is the runtime's to add."""
+        tokens = data.get("usage")
+        tokens = tokens if isinstance(tokens, dict) else {}
+        finish = first.get("finish_reason") if isinstance(first, dict) else None
+        return ModelUsage(
+            input_tokens=token_count(tokens.get("prompt_tokens")),
+            output_tokens=token_count(tokens.get("completion_tokens")),
+            request_model=self.model,
+            response_model=data.get("model"),
+            response_id=data.get("id"),
+            finish_reason=finish,
+            provider="openai",
+        )
+
+    def _proposal(
+        self, message: dict[str, Any], body: bytes, cost: float, usage: ModelUsage
+    ) -> Any:
         """The reply for the parser: its one tool call as `{"tool_call": …}`, else its text."""
         calls = message.get("tool_calls")
         if not calls:
             return text_of(message.get("content"))
         if not isinstance(calls, list):
-            raise self._fault("bad_tool_call", "tool_calls is not a list", raw=body, cost=cost)
+            raise self._fault(
+                "bad_tool_call", "tool_calls is not a list", raw=body, cost=cost, usage=usage
+            )
         if len(calls) > 1:
             names = ", ".join(str(function_of(c).get("name")) for c in calls)
             raise self._fault(
@@ -339,12 +363,13 @@ class OpenAIChatModel:
                 f"{len(calls)} tool calls in one reply ({names}); one per turn",
                 raw=body,
                 cost=cost,
+                usage=usage,
             )
         function = function_of(calls[0])
         name = function.get("name")
         if not isinstance(name, str) or not name.strip():
             raise self._fault("bad_tool_call", "a tool call with no function name", raw=body,
-                              cost=cost)  # fmt: skip
+                              cost=cost, usage=usage)  # fmt: skip
         arguments = function.get("arguments")
         try:
             args = arguments_of(arguments)
@@ -354,6 +379,7 @@ class OpenAIChatModel:
                 f"the arguments of {name!r} are not a JSON object: {exc}",
                 raw=body,
                 cost=cost,
+                usage=usage,
             ) from exc
         return {"tool_call": {"name": name, "args": args}}
 
@@ -377,7 +403,13 @@ class OpenAIChatModel:
         return self.endpoint.worst_case_cost or 0.0
 
     def _fault(
-        self, kind: FaultKind, detail: str, *, raw: bytes | None = None, cost: float | None = None
+        self,
+        kind: FaultKind,
+        detail: str,
+        *,
+        raw: bytes | None = None,
+        cost: float | None = None,
+        usage: ModelUsage | None = None,
     ) -> ModelCallFailed:
         """The named failure, its raw body and message with the key redacted (before the
         body is cut to size: no piece of it is left at the cut). A call that may have been
@@ -385,8 +417,15 @@ class OpenAIChatModel:
         if cost is None:
             cost = self._unknown_cost() if kind in ("timeout", "connection_reset") else 0.0
         text = None if raw is None else self.secrets.text(raw.decode("utf-8", errors="replace"))
+        if usage is None:
+            usage = ModelUsage(request_model=self.model, provider="openai")
         return ModelCallFailed(
-            kind, self.secrets.text(detail), raw=text, rejection=FAULTS[kind], cost=cost
+            kind,
+            self.secrets.text(detail),
+            raw=text,
+            rejection=FAULTS[kind],
+            cost=cost,
+            usage=usage,
         )
 
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 from fsm_agent.halt import HaltReason
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.snapshot import Snapshot, ToolOutcome
+from fsm_agent.runtime.usage import ModelUsage
 
 SCHEMA_VERSION = 1
 #: started opens a run; transition is one state change; operator is a person's act on a
@@ -50,6 +51,9 @@ class Facts:
     error: str | None = None
     #: the reply as the local schema-repair voter rewrote it (what the proposal came from)
     repaired: Any = None
+    #: a model call's tokens, models, finish reason and latency (None: not a model call, or
+    #: journaled before usage was kept)
+    usage: ModelUsage | None = None
 
 
 @attrs.frozen

@@ -21,6 +21,7 @@ from fsm_agent.errors import Interrupted
 from fsm_agent.halt import DONE
 from fsm_agent.journal import serde
 from fsm_agent.journal.store import Facts
+from fsm_agent.redaction import Redactor
 from fsm_agent.runtime.context import RunContext
 from fsm_agent.runtime.deadline import Call, CallResult, error_text
 from fsm_agent.runtime.effects import settle
@@ -40,6 +41,7 @@ from fsm_agent.runtime.record import ToolCallEntry
 from fsm_agent.runtime.snapshot import Snapshot, ToolOutcome
 from fsm_agent.runtime.tool_schema import ArgumentsRefused
 from fsm_agent.runtime.tools import ToolResult, tool_arguments
+from fsm_agent.runtime.usage import ModelUsage
 
 
 @attrs.frozen
@@ -111,11 +113,13 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
     kept: Any = None
     cost = 0.0
     error = None
+    reported: ModelUsage | None = None
     secrets = ctx.secrets  # redacted before the run decides on the reply or journals it
     if call.status == "ok":
         content = call.value
         if isinstance(call.value, ModelReply):
             content, cost = call.value.content, call.value.cost
+            reported = call.value.usage
             ctx.add_cost(cost)
         content = secrets.value(content)
         kept = jsonable(content)  # as journaled; the very value when it is plain JSON data
@@ -129,7 +133,7 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
         proposal = Rejection(kind="empty_response", detail=error)
     elif isinstance(call.error, ModelCallFailed):  # a named fault: journal its raw body
         fault = call.error
-        content, cost = fault.raw, fault.cost
+        content, cost, reported = fault.raw, fault.cost, fault.usage
         if secrets and fault.raw_full is not None:  # redacted whole, then cut
             content = clip(secrets.text(fault.raw_full))
         kept = jsonable(content)
@@ -155,9 +159,32 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
     note = proposal_note(proposal)
     if note is not None:
         ctx.history.append(note)
+    usage = call_usage(ctx.model, reported, call.elapsed_ms, secrets)
     facts = Facts(action="model", reply=secrets.value(kept), reply_cost=float(cost),
-                  error=error, repaired=secrets.value(repaired))  # fmt: skip
+                  error=error, repaired=secrets.value(repaired), usage=usage)  # fmt: skip
     return _outcome_of(proposal), facts
+
+
+def call_usage(model: Any, reported: Any, elapsed_ms: int, secrets: Redactor) -> ModelUsage:
+    """The usage journaled for one model call: what the adapter reported (when it is a
+    `ModelUsage`), the model it asked for when the adapter names one (`model.model`), and
+    the latency the run measured. The names a server sent are redacted like its reply."""
+    usage = reported if isinstance(reported, ModelUsage) else ModelUsage()
+    if usage.request_model is None:
+        name = getattr(model, "model", None)
+        usage = attrs.evolve(usage, request_model=name if isinstance(name, str) else None)
+    if secrets:
+
+        def clean(text: str | None) -> str | None:
+            return None if text is None else secrets.text(text)
+
+        usage = attrs.evolve(
+            usage,
+            response_model=clean(usage.response_model),
+            response_id=clean(usage.response_id),
+            finish_reason=clean(usage.finish_reason),
+        )
+    return attrs.evolve(usage, latency_ms=max(0, int(elapsed_ms)))
 
 
 def _repair_vote(

@@ -1,0 +1,84 @@
+"""What one model call used: tokens, the model asked and the model that answered, why it
+stopped, and how long it took. Journaled with every model call (`Facts.usage`), it is what
+`show`, the report, `stats` and the traces (`fsm_agent.telemetry`) read.
+
+An adapter reports what it knows in `ModelReply.usage` (or `ModelCallFailed.usage`); the
+runtime adds the latency it measured itself. A count the adapter does not report stays
+None: it is never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+#: How much of a model name or finish reason is kept (a server may send anything there).
+MAX_NAME_CHARS = 200
+
+
+def _count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{attribute.name} must be a whole number >= 0 or None, not {value!r}")
+
+
+def _name(value: Any) -> str | None:
+    """A model name or finish reason as journaled: text, cut to MAX_NAME_CHARS; None when
+    the server sent none (or not text)."""
+    if not isinstance(value, str) or not value:
+        return None
+    return value[:MAX_NAME_CHARS]
+
+
+@attrs.frozen
+class ModelUsage:
+    """One model call's usage, as the adapter reported it plus the latency the run measured.
+
+    `input_tokens` / `output_tokens`: the server's counts (None when it sent none).
+    `request_model`: the model the adapter asked for; `response_model`: the one the server
+    says answered. `finish_reason`: why the server says generation stopped (`stop`,
+    `length`, `tool_calls` …). `provider`: who serves it (`openai` for the
+    OpenAI-compatible lane). `latency_ms`: the call's time as the run measured it (set by
+    the runtime, whatever the adapter says).
+    """
+
+    input_tokens: int | None = attrs.field(default=None, validator=_count)
+    output_tokens: int | None = attrs.field(default=None, validator=_count)
+    request_model: str | None = attrs.field(default=None, converter=_name)
+    response_model: str | None = attrs.field(default=None, converter=_name)
+    response_id: str | None = attrs.field(default=None, converter=_name)
+    finish_reason: str | None = attrs.field(default=None, converter=_name)
+    provider: str | None = attrs.field(default=None, converter=_name)
+    latency_ms: int = attrs.field(default=0, validator=_count)
+
+
+@attrs.frozen
+class UsageTotals:
+    """The model calls of a run (or of many) added up. Token totals count only the calls
+    that reported them: `calls_with_tokens` says how many did."""
+
+    calls: int = 0
+    calls_with_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_ms: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+def total(usages: Iterable[ModelUsage]) -> UsageTotals:
+    """`usages` added up."""
+    calls = with_tokens = t_in = t_out = latency = 0
+    for u in usages:
+        calls += 1
+        latency += u.latency_ms
+        if u.input_tokens is not None or u.output_tokens is not None:
+            with_tokens += 1
+            t_in += u.input_tokens or 0
+            t_out += u.output_tokens or 0
+    return UsageTotals(calls, with_tokens, t_in, t_out, latency)
