@@ -286,7 +286,7 @@ def _summary_problem(status: Any, reason: Any, steps: Any, max_steps: Any, cost:
 def summary(row: tuple[Any, ...], fail: Fail) -> RunSummary:
     """One row of `SELECT_SUMMARIES` (plain tuples and type checks, no converter: `stats`
     reads every run in the journal)."""
-    run_id, machine, status, reason, steps, max_steps, started, ended, cost = row
+    run_id, machine, status, reason, steps, max_steps, started, ended, cost, t_in, t_out = row
     problem = _summary_problem(status, reason, steps, max_steps, cost)
     if problem is not None:
         raise fail(f"corrupt runs row: {problem}", run_id)
@@ -300,7 +300,14 @@ def summary(row: tuple[Any, ...], fail: Fail) -> RunSummary:
         started_at=started,
         ended_at=ended,
         cost=None if cost is None else float(cost),
+        input_tokens=_tokens(t_in),
+        output_tokens=_tokens(t_out),
     )
+
+
+def _tokens(value: Any) -> int | None:
+    """A token total as summed in SQL (None: no model call of the run reported one)."""
+    return None if value is None else int(value)
 
 
 def events(rows: Iterable[Mapping[str, Any]], fail: Fail) -> list[Event]:

@@ -248,14 +248,21 @@ SELECT_RUNS = """
     LEFT JOIN declarations AS d ON r.machine_text = '' AND d.sha256 = r.machine_sha256"""
 # One narrow row per run for statistics, nothing decoded in Python but the two numbers; a
 # corrupt record reads as no cost rather than failing every statistic.
-SELECT_SUMMARIES = """
+_TOKENS = """(
+        SELECT SUM(CASE WHEN jsonb_typeof(f #> '{{usage,{0}}}') = 'number'
+                        THEN (f #>> '{{usage,{0}}}')::numeric END)::bigint
+        FROM events, LATERAL fsm_agent_jsonb(facts) AS f
+        WHERE run_id = runs.run_id AND facts IS NOT NULL
+    ) AS {0}"""
+SELECT_SUMMARIES = f"""
     SELECT run_id, machine, status, halt_reason, steps_used,
            fsm_agent_jsonb(budgets) -> 'max_steps' AS max_steps, started_at, ended_at,
-           fsm_agent_jsonb(record) #> '{meters,cost}' AS cost
+           fsm_agent_jsonb(record) #> '{{meters,cost}}' AS cost,
+           {_TOKENS.format("input_tokens")}, {_TOKENS.format("output_tokens")}
     FROM runs
     WHERE (%(machine)s::text IS NULL OR machine = %(machine)s::text)
       AND (%(since)s::text IS NULL OR started_at >= %(since)s::text)
-    ORDER BY machine, started_at, run_id"""
+    ORDER BY machine, started_at, run_id"""  # noqa: S608 - constant fragments only
 INSERT_JOB = """
     INSERT INTO queue (run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
                        lease_until, attempts, note)

@@ -192,13 +192,19 @@ FINISH_RUN = """
     WHERE run_id = ?"""
 # One narrow row per run for statistics: nothing decoded in Python; the record's cost is
 # read by SQLite (a corrupt record reads as no cost rather than failing every statistic).
-SELECT_SUMMARIES = """
+_TOKENS = """(
+        SELECT SUM(CASE WHEN json_type(facts, '$.usage.{0}') = 'integer'
+                        THEN json_extract(facts, '$.usage.{0}') END)
+        FROM events WHERE run_id = runs.run_id AND facts IS NOT NULL AND json_valid(facts)
+    ) AS {0}"""
+SELECT_SUMMARIES = f"""
     SELECT run_id, machine, status, halt_reason, steps_used,
            json_extract(budgets, '$.max_steps') AS max_steps, started_at, ended_at,
-           CASE WHEN json_valid(record) THEN json_extract(record, '$.meters.cost') END AS cost
+           CASE WHEN json_valid(record) THEN json_extract(record, '$.meters.cost') END AS cost,
+           {_TOKENS.format("input_tokens")}, {_TOKENS.format("output_tokens")}
     FROM runs
     WHERE (:machine IS NULL OR machine = :machine) AND (:since IS NULL OR started_at >= :since)
-    ORDER BY machine, started_at, run_id"""
+    ORDER BY machine, started_at, run_id"""  # noqa: S608 - constant fragments only
 
 
 # --- the run queue (see `SqliteStore.lease_job`) ---------------------------------------------

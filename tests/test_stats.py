@@ -233,10 +233,10 @@ def test_the_text_tables_of_known_runs(known: SqliteStore) -> None:
     assert lines[0] == f"journal: {known.location}"
     for line in [
         "agent_loop: 6 run(s), 5 halted, 1 running",
-        "  HALT REASON           RUNS  SHARE",
-        "  max_steps                2    40%",
-        "  handoff_requested        2    40%",
-        "  completed                1    20%",
+        "  HALT REASON           RUNS  SHARE       COST       TOKENS",
+        "  max_steps                2    40%      $1.50            -",
+        "  handoff_requested        2    40%      $0.50            -",
+        "  completed                1    20%      $0.50            -",
         "  (running)                1",
         "  MEASURE             p50        p90        max   RUNS",
         "  steps/max          0.25       1.00       1.00      5",
@@ -267,8 +267,8 @@ def test_the_text_table_in_full(timed: SqliteStore) -> None:
         f"journal: {timed.location}  since: 2001-02-01T00:00:00.000+00:00\n"
         "\n"
         "agent_loop: 3 run(s), 3 halted, 0 running\n"
-        "  HALT REASON           RUNS  SHARE\n"
-        "  max_steps                3   100%\n"
+        "  HALT REASON           RUNS  SHARE       COST       TOKENS\n"
+        "  max_steps                3   100%      $3.25            -\n"
         "  MEASURE             p50        p90        max   RUNS\n"
         "  steps/max          1.00       1.00       1.00      3\n"
         "  duration ms        1500      60000      60000      3\n"

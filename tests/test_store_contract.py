@@ -49,6 +49,7 @@ from fsm_agent.runtime.proposals import FinalAnswer, ToolCall
 from fsm_agent.runtime.receipts import Receipt
 from fsm_agent.runtime.record import HaltRecord, HandoffPacket, ToolCallEntry, read_record
 from fsm_agent.runtime.snapshot import Snapshot, ToolOutcome
+from fsm_agent.runtime.usage import ModelUsage
 from fsm_agent.stores import open_store
 from fsm_agent.stores.dsn import is_dsn, redact_dsn
 from fsm_agent.stores.postgres_schema import _HEAD as _PG_HEAD
@@ -600,6 +601,22 @@ def test_run_summaries_filter_by_machine_and_start(store: Store) -> None:
 
 
 # --- failures ----------------------------------------------------------------------------------
+
+
+def test_run_summaries_add_up_the_tokens_model_calls_reported(store: Store) -> None:
+    def model_call(seq: int, run_id: str, usage: ModelUsage | None) -> Event:
+        facts = Facts(action="model", reply={"answer": "x"}, usage=usage)
+        return attrs.evolve(transition(seq, run_id), facts=facts)
+
+    store.start_run(run_row("t"), started("t"))
+    store.append(model_call(1, "t", ModelUsage(input_tokens=100, output_tokens=7)))
+    store.append(model_call(2, "t", ModelUsage(latency_ms=5)))  # no counts reported
+    store.append(model_call(3, "t", ModelUsage(input_tokens=20, output_tokens=None)))
+    store.start_run(run_row("u"), started("u"))
+    store.append(model_call(1, "u", None))  # journaled before usage was kept
+    by_id = {s.run_id: s for s in store.run_summaries()}
+    assert (by_id["t"].input_tokens, by_id["t"].output_tokens) == (120, 7)
+    assert (by_id["u"].input_tokens, by_id["u"].output_tokens) == (None, None)
 
 
 def test_unknown_run_raises_run_not_found(store: Store) -> None:

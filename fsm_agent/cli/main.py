@@ -39,6 +39,7 @@ from fsm_agent.journal import serde
 from fsm_agent.journal.store import Event
 from fsm_agent.run_ids import resolve_run_id
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
+from fsm_agent.runtime.usage import UsageTotals
 from fsm_agent.runtime.worker import run as run_machine
 
 
@@ -149,10 +150,14 @@ def show(run_id: str, db: str, as_json: bool) -> None:
         row = store.get_run(run_id)
         events = store.events(run_id)
         chain = verify_run(store, run_id)
+    from fsm_agent.review.usage import run_usage, usage_lines
+
+    usage = run_usage(events)
     if as_json:
         data = {
             "run": run_dict(row),
             "record": serde.unstructure(row.record),
+            "usage": serde.unstructure(usage) | {"model": _totals(usage.model)},
             "events": [serde.unstructure(e) for e in events],
             "chain": serde.unstructure(chain) | {"ok": chain.ok},
         }
@@ -168,6 +173,8 @@ def show(run_id: str, db: str, as_json: bool) -> None:
         click.echo(f"status: {status} in {row.state} (no halt record yet{hint})")
     else:
         click.echo(summary(row.record))
+    for line in usage_lines(usage):
+        click.echo(line)
     click.echo(chain.verdict())
     click.echo("")
     click.echo(f"{'SEQ':>4}  {'STEP':>5}  TRANSITION")
@@ -175,6 +182,11 @@ def show(run_id: str, db: str, as_json: bool) -> None:
 
     for e in events:
         click.echo("\n".join(event_lines(e)))
+
+
+def _totals(t: UsageTotals) -> dict[str, Any]:
+    data: dict[str, Any] = serde.unstructure(t)
+    return data | {"tokens": t.tokens}
 
 
 @cli.command()

@@ -159,7 +159,9 @@ class RunSummary:
     """The few columns of one run that statistics need, read without decoding its events.
 
     `steps_used` is final once the run has halted; `cost` is the halt record's
-    `meters.cost` (None while the run has no record).
+    `meters.cost` (None while the run has no record); `input_tokens` / `output_tokens` add
+    up what its model calls reported (None when none did, or it was journaled before usage
+    was kept).
     """
 
     run_id: str
@@ -171,6 +173,8 @@ class RunSummary:
     started_at: str
     ended_at: str | None
     cost: float | None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 class Store(Protocol):

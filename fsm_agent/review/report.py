@@ -34,6 +34,7 @@ from fsm_agent.review.report_html import (
     safe_svg,
 )
 from fsm_agent.review.report_timeline import timeline_section
+from fsm_agent.review.report_usage import usage_section
 from fsm_agent.review.view import format_step
 from fsm_agent.runtime.budgets import dollars
 from fsm_agent.runtime.record import HaltRecord, atomic_write_text
@@ -183,7 +184,7 @@ def incident_report(run: RunRow, events: Sequence[Event], chain: ChainReport | N
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>fsm-agent incident {esc(run.run_id)}: {esc(reason)}</title>\n"
         f"<style>{CSS}</style></head>\n<body>\n{_header(run, report, chain)}\n"
-        f"{_halt_section(run)}\n"
+        f"{_halt_section(run)}\n{usage_section(events)}\n"
         f"{diagram}\n{_replay_section(report)}\n{timeline_section(spec, events, report)}\n"
         "<footer class='muted'><p>Written by fsm-agent from the journal alone; "
         "every string above is journal data shown as text.</p></footer>\n</body></html>\n"

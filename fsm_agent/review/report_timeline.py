@@ -18,6 +18,7 @@ from fsm_agent.review.report_html import (
     pre,
     receipts_html,
 )
+from fsm_agent.review.usage import call_text
 from fsm_agent.runtime.budgets import dollars
 from fsm_agent.runtime.proposals import FinalAnswer, HandoffRequest, Proposal, Rejection, ToolCall
 from fsm_agent.runtime.snapshot import ToolOutcome
@@ -88,6 +89,8 @@ def _facts(ev: Event) -> str:
     parts = []
     if f.action == "model":
         parts.append(pre(excerpt(f.reply)))
+        if f.usage is not None:
+            parts.append(f'<span class="muted">{esc(call_text(f.usage, f.reply_cost))}</span>')
         if (parsed := _proposal(ev.snapshot.proposal)) != "":
             parts.append(f'<span class="muted">parsed as {esc(parsed)}</span>')
     elif f.tool is not None:

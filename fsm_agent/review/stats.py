@@ -2,8 +2,8 @@
 
 Every halt is named so that the reasons can be counted later. Per machine: how many runs,
 how many ended for each halt reason (and how many are still running), the
-steps_used/max_steps ratio (if it is always 1.0, the cap is too tight), run duration and
-cost percentiles.
+steps_used/max_steps ratio (if it is always 1.0, the cap is too tight), run duration, cost
+and token percentiles, and what the runs of each halt reason cost and used in tokens.
 
 Backend-neutral: one `Store.run_summaries` read gives a narrow row per run (no event is
 decoded); the counting and the percentiles happen here. `halt_stats` returns frozen values
@@ -59,6 +59,25 @@ class MachineStats:
     at_step_cap_share: float | None
     duration_ms: Distribution | None
     cost: Distribution | None
+    #: per halted run: the input / output tokens its model calls reported (runs that
+    #: reported none are left out)
+    input_tokens: Distribution | None = None
+    output_tokens: Distribution | None = None
+    #: what the halted runs of each halt reason used together, in `halt_reasons`' order
+    usage_by_reason: dict[HaltReason, ReasonUsage] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ReasonUsage:
+    """What the halted runs of one halt reason used together: cost (of the runs with a
+    record) and the tokens their model calls reported."""
+
+    runs: int
+    cost: float
+    input_tokens: int
+    output_tokens: int
+    #: how many of the runs reported tokens (0: the token totals mean nothing)
+    runs_with_tokens: int = 0
 
 
 @attrs.frozen
@@ -147,22 +166,50 @@ def _reason_counts(halted: Sequence[RunSummary]) -> dict[HaltReason, int]:
     return dict(ranked)
 
 
+def _usage_by_reason(
+    halted: Sequence[RunSummary], order: Sequence[HaltReason]
+) -> dict[HaltReason, ReasonUsage]:
+    groups: dict[HaltReason, list[RunSummary]] = {}
+    for r in halted:
+        if r.halt_reason is not None:
+            groups.setdefault(r.halt_reason, []).append(r)
+    return {
+        reason: ReasonUsage(
+            runs=len(rows),
+            cost=sum(r.cost or 0.0 for r in rows),
+            input_tokens=sum(r.input_tokens or 0 for r in rows),
+            output_tokens=sum(r.output_tokens or 0 for r in rows),
+            runs_with_tokens=sum(
+                1 for r in rows if r.input_tokens is not None or r.output_tokens is not None
+            ),
+        )
+        for reason in order
+        if (rows := groups.get(reason))
+    }
+
+
 def machine_stats(machine: str, runs: Sequence[RunSummary]) -> MachineStats:
     """The statistics of one machine's runs."""
     halted = [r for r in runs if r.status == "halted"]
     at_cap = sum(1 for r in halted if r.steps_used >= r.max_steps)
     durations = [d for d in map(_duration_ms, halted) if d is not None]
+    reasons = _reason_counts(halted)
     return MachineStats(
         machine=machine,
         runs=len(runs),
         halted=len(halted),
         running=len(runs) - len(halted),
-        halt_reasons=_reason_counts(halted),
+        halt_reasons=reasons,
         steps_ratio=distribution([r.steps_used / r.max_steps for r in halted]),
         at_step_cap=at_cap,
         at_step_cap_share=at_cap / len(halted) if halted else None,
         duration_ms=distribution(durations),
         cost=distribution([r.cost for r in halted if r.cost is not None]),
+        input_tokens=distribution([r.input_tokens for r in halted if r.input_tokens is not None]),
+        output_tokens=distribution(
+            [r.output_tokens for r in halted if r.output_tokens is not None]
+        ),
+        usage_by_reason=_usage_by_reason(halted, list(reasons)),
     )
 
 
@@ -192,9 +239,17 @@ _REASON_WIDTH = max(len(r.value) for r in HaltReason)
 
 def _reason_lines(m: MachineStats) -> list[str]:
     w = _REASON_WIDTH
-    lines = [f"  {'HALT REASON':<{w}}  {'RUNS':>5}  {'SHARE':>5}"]
+    lines = [f"  {'HALT REASON':<{w}}  {'RUNS':>5}  {'SHARE':>5}  {'COST':>9}  {'TOKENS':>11}"]
     for reason, count in m.halt_reasons.items():
-        lines.append(f"  {reason.value:<{w}}  {count:>5}  {_percent(count / m.halted):>5}")
+        used = m.usage_by_reason.get(reason)
+        cost = "" if used is None else dollars(used.cost)
+        tokens = "-"
+        if used is not None and used.runs_with_tokens:
+            tokens = f"{used.input_tokens + used.output_tokens:,}"
+        lines.append(
+            f"  {reason.value:<{w}}  {count:>5}  {_percent(count / m.halted):>5}"
+            f"  {cost:>9}  {tokens:>11}"
+        )
     if m.running:
         lines.append(f"  {'(running)':<{w}}  {m.running:>5}")
     return lines
@@ -205,6 +260,8 @@ def _measure_lines(m: MachineStats) -> list[str]:
         ("steps/max", m.steps_ratio, "{:.2f}".format),
         ("duration ms", m.duration_ms, "{:.0f}".format),
         ("cost", m.cost, dollars),
+        ("tokens in", m.input_tokens, "{:,.0f}".format),
+        ("tokens out", m.output_tokens, "{:,.0f}".format),
     )
     lines = [f"  {'MEASURE':<12}  {'p50':>9}  {'p90':>9}  {'max':>9}  {'RUNS':>5}"]
     for label, dist, fmt in measures:

@@ -9,6 +9,7 @@ from typing import Any
 
 from fsm_agent.journal.store import Event
 from fsm_agent.review.replay import StepReport
+from fsm_agent.review.usage import call_text
 from fsm_agent.runtime.budgets import dollars
 from fsm_agent.runtime.receipts import Receipt
 
@@ -48,6 +49,8 @@ def event_lines(e: Event) -> list[str]:
     facts = e.facts
     if facts is not None and facts.action == "model":
         lines.append(f"{pad}reply: {abridge(facts.reply, 160)}")
+        if facts.usage is not None:
+            lines.append(f"{pad}model: {call_text(facts.usage, facts.reply_cost)}")
     if facts is not None and facts.tool is not None:
         t = facts.tool
         kind = "" if t.side_effect else " (read)"
