@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from fsm_agent.runtime.record import HaltRecord, read_record
     from fsm_agent.runtime.snapshot import Snapshot
     from fsm_agent.runtime.tools import Tool, ToolError, ToolRegistry, ToolResult, load_tools
+    from fsm_agent.runtime.usage import ModelUsage
     from fsm_agent.runtime.worker import arun, resume_run, run
 
 #: Each name of the API and the module it comes from: imported on first use, so that
@@ -63,6 +64,7 @@ _EXPORTS = {
     "Lane": "fsm_agent.runtime.lanes",
     "assert_local_halt": "fsm_agent.runtime.lanes",
     "ModelReply": "fsm_agent.adapters.models",
+    "ModelUsage": "fsm_agent.runtime.usage",
     "Prompt": "fsm_agent.adapters.models",
     "ScriptedModel": "fsm_agent.adapters.models",
     "load_model": "fsm_agent.adapters.loading",
@@ -121,6 +123,7 @@ __all__ = [
     "MachineSpecError",
     "Meters",
     "ModelReply",
+    "ModelUsage",
     "Prompt",
     "Receipt",
     "RunNotFound",
