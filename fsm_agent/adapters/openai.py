@@ -36,6 +36,7 @@ from fsm_agent.adapters.openai_wire import (
     arguments_of,
     build_messages,
     function_of,
+    reply_usage,
     retry_after_s,
     strict_json,
     text_of,
@@ -317,7 +318,7 @@ class OpenAIChatModel:
         cost = self.cost(data.get("usage"))
         choices = data.get("choices")
         first = choices[0] if isinstance(choices, list) and choices else None
-        usage = self.usage(data, first)
+        usage = reply_usage(data, first, self.model)
         message = first.get("message") if isinstance(first, dict) else None
         if not isinstance(message, dict):
             what = "no choices" if first is None else "a first choice with no message"
@@ -327,23 +328,6 @@ class OpenAIChatModel:
         # is redacted here, before the parser or the journal sees it.
         proposal = self._proposal(message, body, cost, usage)
         return ModelReply(content=self.secrets.value(proposal), cost=cost, usage=usage)
-
-    def usage(self, data: dict[str, Any], first: Any) -> ModelUsage:
-        """What the reply says it used and who answered: `usage.prompt_tokens` /
-        `completion_tokens`, `model`, `id` and the first choice's `finish_reason` (each
-        None when missing or not of its type). The latency is the runtime's to add."""
-        tokens = data.get("usage")
-        tokens = tokens if isinstance(tokens, dict) else {}
-        finish = first.get("finish_reason") if isinstance(first, dict) else None
-        return ModelUsage(
-            input_tokens=token_count(tokens.get("prompt_tokens")),
-            output_tokens=token_count(tokens.get("completion_tokens")),
-            request_model=self.model,
-            response_model=data.get("model"),
-            response_id=data.get("id"),
-            finish_reason=finish,
-            provider="openai",
-        )
 
     def _proposal(
         self, message: dict[str, Any], body: bytes, cost: float, usage: ModelUsage

@@ -14,6 +14,7 @@ from typing import Any
 
 from fsm_agent.adapters.models import Prompt
 from fsm_agent.encoding import wire_text
+from fsm_agent.runtime.usage import ModelUsage
 
 #: The rules every request carries as its system message.
 RULES = (
@@ -99,6 +100,24 @@ def advertised_tools(prompt: Prompt) -> list[dict[str, Any]]:
 def token_count(value: Any) -> int | None:
     """A token count from `usage`, or None when it is missing or not a count."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def reply_usage(data: dict[str, Any], first: Any, model: str) -> ModelUsage:
+    """What a reply says it used and who answered: `usage.prompt_tokens` /
+    `completion_tokens`, `model`, `id` and the first choice's `finish_reason` (each None
+    when missing or not of its type), asked of `model`. The latency is the runtime's."""
+    tokens = data.get("usage")
+    tokens = tokens if isinstance(tokens, dict) else {}
+    finish = first.get("finish_reason") if isinstance(first, dict) else None
+    return ModelUsage(
+        input_tokens=token_count(tokens.get("prompt_tokens")),
+        output_tokens=token_count(tokens.get("completion_tokens")),
+        request_model=model,
+        response_model=data.get("model"),
+        response_id=data.get("id"),
+        finish_reason=finish,
+        provider="openai",
+    )
 
 
 def _reject_constant(token: str) -> Any:

@@ -21,7 +21,6 @@ from fsm_agent.errors import Interrupted
 from fsm_agent.halt import DONE
 from fsm_agent.journal import serde
 from fsm_agent.journal.store import Facts
-from fsm_agent.redaction import Redactor
 from fsm_agent.runtime.context import RunContext
 from fsm_agent.runtime.deadline import Call, CallResult, error_text
 from fsm_agent.runtime.effects import settle
@@ -41,7 +40,7 @@ from fsm_agent.runtime.record import ToolCallEntry
 from fsm_agent.runtime.snapshot import Snapshot, ToolOutcome
 from fsm_agent.runtime.tool_schema import ArgumentsRefused
 from fsm_agent.runtime.tools import ToolResult, tool_arguments
-from fsm_agent.runtime.usage import ModelUsage
+from fsm_agent.runtime.usage import ModelUsage, call_usage
 
 
 @attrs.frozen
@@ -163,28 +162,6 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
     facts = Facts(action="model", reply=secrets.value(kept), reply_cost=float(cost),
                   error=error, repaired=secrets.value(repaired), usage=usage)  # fmt: skip
     return _outcome_of(proposal), facts
-
-
-def call_usage(model: Any, reported: Any, elapsed_ms: int, secrets: Redactor) -> ModelUsage:
-    """The usage journaled for one model call: what the adapter reported (when it is a
-    `ModelUsage`), the model it asked for when the adapter names one (`model.model`), and
-    the latency the run measured. The names a server sent are redacted like its reply."""
-    usage = reported if isinstance(reported, ModelUsage) else ModelUsage()
-    if usage.request_model is None:
-        name = getattr(model, "model", None)
-        usage = attrs.evolve(usage, request_model=name if isinstance(name, str) else None)
-    if secrets:
-
-        def clean(text: str | None) -> str | None:
-            return None if text is None else secrets.text(text)
-
-        usage = attrs.evolve(
-            usage,
-            response_model=clean(usage.response_model),
-            response_id=clean(usage.response_id),
-            finish_reason=clean(usage.finish_reason),
-        )
-    return attrs.evolve(usage, latency_ms=max(0, int(elapsed_ms)))
 
 
 def _repair_vote(

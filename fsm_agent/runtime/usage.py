@@ -14,6 +14,8 @@ from typing import Any
 
 import attrs
 
+from fsm_agent.redaction import Redactor
+
 #: How much of a model name or finish reason is kept (a server may send anything there).
 MAX_NAME_CHARS = 200
 
@@ -53,6 +55,28 @@ class ModelUsage:
     finish_reason: str | None = attrs.field(default=None, converter=_name)
     provider: str | None = attrs.field(default=None, converter=_name)
     latency_ms: int = attrs.field(default=0, validator=_count)
+
+
+def call_usage(model: Any, reported: Any, elapsed_ms: int, secrets: Redactor) -> ModelUsage:
+    """The usage journaled for one model call: what the adapter reported (when it is a
+    `ModelUsage`), the model it asked for when the adapter names one (`model.model`), and
+    the latency the run measured. The names a server sent are redacted like its reply."""
+    usage = reported if isinstance(reported, ModelUsage) else ModelUsage()
+    if usage.request_model is None:
+        name = getattr(model, "model", None)
+        usage = attrs.evolve(usage, request_model=name if isinstance(name, str) else None)
+    if secrets:
+
+        def clean(text: str | None) -> str | None:
+            return None if text is None else secrets.text(text)
+
+        usage = attrs.evolve(
+            usage,
+            response_model=clean(usage.response_model),
+            response_id=clean(usage.response_id),
+            finish_reason=clean(usage.finish_reason),
+        )
+    return attrs.evolve(usage, latency_ms=max(0, int(elapsed_ms)))
 
 
 @attrs.frozen
