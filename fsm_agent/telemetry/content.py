@@ -53,10 +53,12 @@ class TraceOptions:
 
 
 def cut(text: str, limit: int = PART_CHARS) -> str:
-    """`text`, cut to `limit` characters with a marker saying how many were left out."""
+    """`text` if it has at most `limit` characters, else its start and a marker saying how
+    many were left out, `limit` characters in all."""
     if len(text) <= limit:
         return text
-    return text[:limit] + CUT_MARKER.format(n=len(text) - limit)
+    keep = max(0, limit - 40)  # room for the marker (40 characters hold any count)
+    return text[:keep] + CUT_MARKER.format(n=len(text) - keep)
 
 
 def as_text(value: Any) -> str:
