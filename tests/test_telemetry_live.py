@@ -23,6 +23,9 @@ from click.testing import CliRunner, Result
 
 from fsm_agent import ScriptedModel, load_tools, run
 from fsm_agent.cli.main import cli
+from fsm_agent.errors import RunPaused
+from fsm_agent.journal.store import Control
+from fsm_agent.runtime.journaling import now_iso
 from fsm_agent.runtime.record import read_record
 from fsm_agent.stores import open_store
 from fsm_agent.telemetry.content import TraceOptions
@@ -287,3 +290,42 @@ def _has(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ImportError:
         return False
+
+
+class PausingModel:
+    """Scripted replies, and a person who pauses the run during its first model call."""
+
+    def __init__(self, db: Path, run_id: str) -> None:
+        self.db, self.run_id = db, run_id
+        self.replies = ScriptedModel([LOOKUP, {"answer": "swordfish"}])
+        self.lane = self.replies.lane
+
+    def __call__(self, prompt: Any) -> Any:
+        if prompt.step == 1:
+            store = open_store(self.db)
+            store.add_control(Control(id=0, run_id=self.run_id, kind="pause", payload={},
+                                      who="ops", why="change window", at=now_iso()))  # fmt: skip
+            store.close()
+        return self.replies(prompt)
+
+
+def test_resume_otel_takes_over_the_trace_with_the_journal_s_ids(
+    tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    """A run traced only from its resume on: the spans sent live are exactly those that
+    export-traces makes for the same steps (the tracer read the steps before the resume)."""
+    db = tmp_path / "j.db"
+    with pytest.raises(RunPaused):
+        run("agent_loop", task=TASK, model=PausingModel(db, "paused-run"), run_id="paused-run",
+            tools=load_tools(LAB_TOOLS), store=db, handle_signals=False)  # fmt: skip
+    resumed = invoke("resume", "paused-run", "--model", script(tmp_path), "--tools", LAB_TOOLS,
+                     "--db", str(db), "--record", str(tmp_path / "r.json"), "--otel")  # fmt: skip
+    assert resumed.exit_code == 0, resumed.output
+    live = {s["span_id"]: s for s in receiver.spans}
+    root = next(s for s in live.values() if s["parent_id"] is None)
+    assert [e[0] for e in root["events"]] == ["fsm_agent.operator", "fsm_agent.resumed"]
+    assert invoke("export-traces", "paused-run", "--db", str(db)).exit_code == 0
+    whole = {s["span_id"]: s for s in receiver.spans[len(live) :]}
+    assert set(live) < set(whole)  # the steps before the pause were not sent live
+    assert all(whole[k]["start_ns"] == s["start_ns"] for k, s in live.items())
+    assert all(whole[k]["end_ns"] == s["end_ns"] for k, s in live.items())
