@@ -55,15 +55,20 @@ def _phoenix_program() -> Path:
     pytest.skip(why)
 
 
+#: The OTLP/gRPC endpoint of the running Phoenix (set by the `phoenix` fixture).
+GRPC: dict[str, str] = {}
+
+
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A running Phoenix; its base URL."""
+    """A running Phoenix; its base URL (OTLP/HTTP at /v1/traces, the REST API at /v1)."""
     program = _phoenix_program()
     home = tmp_path_factory.mktemp("phoenix")
-    port = _free_port()
+    port, grpc_port = _free_port(), _free_port()
+    GRPC["endpoint"] = f"http://127.0.0.1:{grpc_port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PHOENIX_"))}
     env |= {"PHOENIX_HOST": "127.0.0.1", "PHOENIX_PORT": str(port),
-            "PHOENIX_GRPC_PORT": str(_free_port()), "PHOENIX_WORKING_DIR": str(home),
+            "PHOENIX_GRPC_PORT": str(grpc_port), "PHOENIX_WORKING_DIR": str(home),
             "PHOENIX_TELEMETRY_ENABLED": "false"}  # fmt: skip
     log = (home / "phoenix.log").open("wb")
     server = subprocess.Popen([str(program), "serve"], cwd=home, env=env, stdout=log,
@@ -239,3 +244,19 @@ def test_nothing_arrives_when_tracing_is_not_asked_for(
     lab_run(tmp_path, model, phoenix=phoenix, project_name=name)  # endpoint set, no --otel
     settled(phoenix, tmp_path, model)
     assert spans(phoenix, name) == []
+
+
+def test_the_grpc_protocol_sends_the_same_trace(
+    phoenix: str, model: ModelServer, tmp_path: Path
+) -> None:
+    """OTEL_EXPORTER_OTLP_PROTOCOL=grpc, to Phoenix's OTLP/gRPC port (the grpc exporter
+    comes with the phoenix extra)."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
+    lab_run(tmp_path, model)
+    name = project()
+    fsm_agent("export-traces", "@latest", "--db", str(tmp_path / "j.db"), phoenix=phoenix,
+              project_name=name, OTEL_EXPORTER_OTLP_ENDPOINT=GRPC["endpoint"],
+              OTEL_EXPORTER_OTLP_PROTOCOL="grpc")  # fmt: skip
+    found = wait_for(phoenix, name, LAB_SPANS)
+    assert len(found) == LAB_SPANS
+    assert len([s for s in found if s["name"] == "chat test-model"]) == 3

@@ -66,11 +66,18 @@ def _options(content: bool, secrets: Redactor) -> Any:
 
 
 def _endpoint() -> str:
-    """Where the spans go, as the standard variables name it (for messages)."""
+    """Where the spans go, as the standard variables name it, for messages (without any
+    user or password the URL holds)."""
+    import urllib.parse
+
     env = os.environ
-    return env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or (
+    url = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or (
         env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318").rstrip("/") + "/v1/traces"
     )
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 @contextmanager

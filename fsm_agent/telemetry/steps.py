@@ -28,7 +28,7 @@ from fsm_agent.telemetry.content import (
     reply_parts,
     text_part,
 )
-from fsm_agent.telemetry.spans import AttrValue, Span, span_id, trace_id
+from fsm_agent.telemetry.spans import AttrValue, Span, SpanRole, span_id, trace_id
 
 #: `gen_ai.provider.name` when the adapter named none (a scripted or hand-written model).
 UNKNOWN_PROVIDER: Final = "unknown"
@@ -82,8 +82,8 @@ class RunSpans:
         if options.content:
             self.history.append({"role": "user", "parts": [text_part(row.task, options)]})
 
-    def _id(self, event: Event, role: str) -> bytes:
-        return span_id(self.run_id, self.started_at, event.seq, role)  # type: ignore[arg-type]
+    def _id(self, event: Event, role: SpanRole) -> bytes:
+        return span_id(self.run_id, self.started_at, event.seq, role)
 
     def place(self, event: Event) -> tuple[int, int]:
         """Where `event`'s step lies on the wall clock: (start, end) in ns."""
