@@ -148,7 +148,7 @@ class LiveTracer:
             self.counts.sent += len(spans)
         else:
             self.counts.failed += len(spans)
-            self.counts.error = "the OTLP endpoint did not take them"
+            self.counts.error = sender.error or "the OTLP endpoint did not take them"
 
     def _journal_store(self) -> Store:
         if self._store is None:

@@ -113,15 +113,23 @@ class Sender:
         )
         self.scope = InstrumentationScope(SCOPE_NAME, __version__, SCHEMA_URL)
         self.protocol = chosen
+        #: the last export's error, when the exporter raised one
+        self.error: str | None = None
 
     def send(self, spans: Sequence[Span]) -> bool:
         """Export `spans` in one request (with the exporter's own retries, within its
-        timeout); True when the backend took them."""
+        timeout); True when the backend took them. An exporter that raises (some releases
+        do when the endpoint cannot be reached) is a False too, its error in `error`."""
         if not spans:
             return True
         from opentelemetry.sdk.trace.export import SpanExportResult
 
-        result = self.exporter.export([self.readable(s) for s in spans])
+        readable = [self.readable(s) for s in spans]
+        try:
+            result = self.exporter.export(readable)
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            return False
         return bool(result is SpanExportResult.SUCCESS)
 
     def close(self) -> None:
