@@ -33,8 +33,10 @@ import pytest
                 "sqlite_utils",
                 "msgspec",
                 "docstring_parser",
+                "opentelemetry",  # only when traces are asked for
             ],
         ),
+        ("import fsm_agent.telemetry.root, fsm_agent.telemetry.live", ["opentelemetry"]),
     ],
 )
 def test_heavy_modules_are_imported_only_when_used(statement: str, absent: list[str]) -> None:

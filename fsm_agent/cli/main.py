@@ -33,10 +33,12 @@ from fsm_agent.cli.options import (
     shell_arg,
     shown,
 )
+from fsm_agent.cli.traces import live_traces, otel_options, traced
 from fsm_agent.declaration.load import load_machine
 from fsm_agent.halt import run_exit_codes
 from fsm_agent.journal import serde
 from fsm_agent.journal.store import Event
+from fsm_agent.redaction import run_secrets
 from fsm_agent.run_ids import resolve_run_id
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
 from fsm_agent.runtime.usage import UsageTotals
@@ -52,7 +54,9 @@ def _run_help() -> str:
     )
     return (
         "Run TASK on MACHINE (a declared name or a .yaml path) until it halts.\n\n"
-        "Prints the run id, a live `step N/M` line per transition (stderr), and the halt.\n\n"
+        "Prints the run id, a live `step N/M` line per transition (stderr), and the halt."
+        " With --otel, each step is also sent as OpenTelemetry spans as it is journaled,"
+        " and the run's root span when it halts.\n\n"
         f"\b\nExit codes:\n{codes}"
     )
 
@@ -78,6 +82,7 @@ def _run_help() -> str:
     help="Halt policy file (halt-policy.yml); checked strictly, fails closed.",
 )
 @record_option
+@otel_options
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No live step lines on stderr.")
 @cli_errors
@@ -92,6 +97,8 @@ def run(
     trace_copy: str | None,
     policy_path: str | None,
     record_path: str,
+    otel: bool,
+    otel_content: bool,
     as_json: bool,
     quiet: bool,
     secret_env: tuple[str, ...],
@@ -111,12 +118,12 @@ def run(
     tools = load_tools(tools_module, here()) if tools_module else ToolRegistry()
     live = progress_line(quiet)
 
-    def on_transition(event: Event) -> None:
+    def started(event: Event) -> None:
         if event.kind == "started" and not as_json:
             click.echo(f"run {event.run_id} started ({spec.name}, journal {shown(db)})")
-        live(event)
 
-    with journal_store(db) as store:
+    secrets = run_secrets(secret_env, model)
+    with live_traces(otel, otel_content, db, secrets) as tracer, journal_store(db) as store:
         record = paused_or(
             lambda: run_machine(
                 spec,
@@ -128,11 +135,13 @@ def run(
                 record_path=record_path,
                 thrash_limit=thrash_limit,
                 control=control,
-                on_transition=on_transition,
+                on_transition=traced(tracer, started, live),
                 trace_copy=trace_copy,
                 secret_env=secret_env,
             )
         )
+        if tracer is not None:
+            tracer.on_halt(record)
     finish(record, record_path, as_json)
 
 
@@ -275,5 +284,6 @@ from fsm_agent.cli import queue as cli_queue  # noqa: E402, F401
 from fsm_agent.cli import review as cli_review  # noqa: E402, F401
 from fsm_agent.cli import runs as cli_runs  # noqa: E402, F401
 from fsm_agent.cli import schema as cli_schema  # noqa: E402, F401
+from fsm_agent.cli import traces as cli_traces  # noqa: E402, F401
 
 __all__ = ["cli", "main"]

@@ -26,6 +26,7 @@ from fsm_agent.cli.options import (
     shell_arg,
     shown,
 )
+from fsm_agent.cli.traces import live_traces, otel_options, traced
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import serde
 from fsm_agent.journal.chain import ChainReport, verify_run
@@ -33,6 +34,7 @@ from fsm_agent.journal.chain import require_keyed as require_keyed_chain
 from fsm_agent.journal.chain_key import key_from_env, read_key_file
 from fsm_agent.journal.runfile import read_run_file, verify_run_file
 from fsm_agent.journal.store import Event
+from fsm_agent.redaction import run_secrets
 from fsm_agent.run_ids import names_a_file, resolve_run_id
 from fsm_agent.runtime.record import HaltRecord, read_record
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
@@ -194,6 +196,7 @@ def pause(run_id: str, why: str, who: str | None, db: str, as_json: bool) -> Non
     help="Ship a run file of the whole run here before it may halt (as for `run`).",
 )
 @record_option
+@otel_options
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No live step lines on stderr.")
 @cli_errors
@@ -204,6 +207,8 @@ def resume(
     db: str,
     trace_copy: str | None,
     record_path: str,
+    otel: bool,
+    otel_content: bool,
     as_json: bool,
     quiet: bool,
     secret_env: tuple[str, ...],
@@ -218,16 +223,19 @@ def resume(
 
     refuse_overlaps(db, {"--record": record_path, "--trace-copy": trace_copy})
     tools = load_tools(tools_module, here()) if tools_module else ToolRegistry()
-    with journal_store(db, must_exist=True) as store:
+    secrets = run_secrets(secret_env, model)
+    with (
+        live_traces(otel, otel_content, db, secrets) as tracer,
+        journal_store(db, must_exist=True) as store,
+    ):
         run_id = resolve_run_id(store, run_id)
-        live = progress_line(quiet)
 
-        def on_transition(event: Event) -> None:
+        def resumed(event: Event) -> None:
             # Said once the run is this process's (a refused resume says only `Error: …`).
             if event.kind == "resumed" and not as_json:
                 click.echo(f"run {run_id} resumed from {event.dest} (journal {shown(db)})")
-            live(event)
 
+        on_transition = traced(tracer, resumed, progress_line(quiet))
         record = paused_or(
             lambda: resume_run(
                 run_id,
@@ -240,6 +248,8 @@ def resume(
                 secret_env=secret_env,
             )
         )
+        if tracer is not None:
+            tracer.on_halt(record)
     finish(record, record_path, as_json)
 
 

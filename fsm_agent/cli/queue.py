@@ -31,11 +31,13 @@ from fsm_agent.cli.options import (
     shell_arg,
     shown,
 )
+from fsm_agent.cli.traces import live_traces, otel_options
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import serde
 from fsm_agent.journal.store import Job, JobStatus
 from fsm_agent.queue.submission import DEFAULT_DRAIN_S, DEFAULT_LEASE_S, DEFAULT_RECORDS
 from fsm_agent.queue.submission import submit as submit_job
+from fsm_agent.redaction import env_secrets, run_secrets
 from fsm_agent.run_ids import check_run_id, shown_run_id
 
 
@@ -115,6 +117,7 @@ def submit(
     "--max-jobs", type=click.IntRange(min=1), help="Exit after taking N jobs (batch, tests)."
 )
 @click.option("--idle-exit", is_flag=True, help="Exit when no job is queued or leased.")
+@otel_options
 @cli_errors
 def worker(
     db: str,
@@ -126,6 +129,8 @@ def worker(
     records_dir: str,
     max_jobs: int | None,
     idle_exit: bool,
+    otel: bool,
+    otel_content: bool,
     secret_env: tuple[str, ...],
 ) -> None:
     """Lease queued runs and drive them to a halt, CONCURRENCY at a time.
@@ -133,6 +138,7 @@ def worker(
     A run a dead worker left is taken over when its lease expires and continued under the
     resume rules. SIGTERM or SIGINT: take no more runs, pause those in flight and give them
     back to the queue within --drain-s; exit 0, or 128+N if some were still in flight.
+    With --otel, every run's steps are sent as OpenTelemetry spans as they are journaled.
     """
     from fsm_agent.queue.worker import QueueWorker
     from fsm_agent.runtime.tools import load_tools
@@ -141,18 +147,22 @@ def worker(
     load_tools(tools_module, here())  # a bad module is `Error: …` (exit 2) before any lease
     with journal_store(db):  # the journal opens (and is migrated) before any thread starts
         pass
-    code = QueueWorker(
-        db,
-        model=model,
-        tools=functools.partial(load_tools, tools_module, here()),
-        concurrency=concurrency,
-        lease_s=lease_s,
-        drain_s=drain_s,
-        records=records_dir,
-        max_jobs=max_jobs,
-        idle_exit=idle_exit,
-        secret_env=secret_env,
-    ).serve()
+    secrets = run_secrets(secret_env, model()) if otel else env_secrets(secret_env)
+    with live_traces(otel, otel_content, db, secrets) as tracer:
+        code = QueueWorker(
+            db,
+            model=model,
+            tools=functools.partial(load_tools, tools_module, here()),
+            concurrency=concurrency,
+            lease_s=lease_s,
+            drain_s=drain_s,
+            records=records_dir,
+            max_jobs=max_jobs,
+            idle_exit=idle_exit,
+            secret_env=secret_env,
+            on_transition=None if tracer is None else tracer.on_transition,
+            on_halt=None if tracer is None else tracer.on_halt,
+        ).serve()
     sys.exit(code)
 
 

@@ -52,6 +52,8 @@ class JobDriving:
     tools: Callable[[], ToolRegistry]
     lease_s: float
     secret_env: tuple[str, ...]
+    on_transition: Callable[[Event], None] | None
+    on_halt: Callable[[HaltRecord], None] | None
     _lock: threading.Lock
 
     if TYPE_CHECKING:
@@ -102,6 +104,8 @@ class JobDriving:
             self._release(store, slot, "done", f"failed: {exc}", "failed")
             return
         attempt.replace(self.records / f"{stem}.json")
+        if self.on_halt is not None:
+            self.on_halt(record)
         what = f"halted {record.halt_reason.value} ({record.steps_used} steps)"
         self._release(store, slot, "done", what, "halted")
 
@@ -138,13 +142,17 @@ class JobDriving:
         return run(queued_spec(job), task=job.task, budgets=budgets, run_id=job.run_id, **common)
 
     def _watch(self, store: Store, slot: Slot) -> Callable[[Event], None]:
-        """After each committed event: before a side effect (a tool call or a user action),
-        make sure the lease is still this worker's — renewed now, or the run is abandoned
-        without the call; then queue the pause the worker asked for, once (the run applies
-        it before its next model call)."""
+        """After each committed event (handed first to the worker's `on_transition`):
+        before a side effect (a tool call or a user action), make sure the lease is still
+        this worker's — renewed now, or the run is abandoned without the call; then queue
+        the pause the worker asked for, once (the run applies it before its next model
+        call)."""
         spec = queued_spec(slot.job)
+        also = self.on_transition
 
         def on_transition(event: Event) -> None:
+            if also is not None:
+                also(event)
             if event.halt is not None:
                 return
             if has_side_effect(spec.state(event.dest).action):

@@ -44,7 +44,7 @@ from fsm_agent.errors import (
     JournalError,
 )
 from fsm_agent.halt import EXIT_INTERNAL_ERROR
-from fsm_agent.journal.store import Store
+from fsm_agent.journal.store import Event, Store
 from fsm_agent.queue.job import JobDriving, Outcome, Slot
 from fsm_agent.queue.submission import (
     DEFAULT_DRAIN_S,
@@ -52,6 +52,7 @@ from fsm_agent.queue.submission import (
     DEFAULT_RECORDS,
 )
 from fsm_agent.runtime.journaling import now_iso
+from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.tools import ToolRegistry
 from fsm_agent.stores import open_store
 from fsm_agent.stores.dsn import redact_dsn
@@ -72,7 +73,9 @@ def backoff_s(failures: int, poll_s: float) -> float:
 class QueueWorker(JobDriving):
     """Leases jobs from the queue at `location` and runs them, `concurrency` at a time.
 
-    `model` and `tools` build a fresh adapter and registry for each job. `serve()` runs
+    `model` and `tools` build a fresh adapter and registry for each job; `on_transition`
+    is handed every event the runs journal (on their threads, after the worker's own
+    checks), and `on_halt` each halt record (a traces sender: neither may block). `serve()` runs
     until the queue is empty (`idle_exit`), `max_jobs` jobs were taken, or `stop()` (SIGTERM
     and SIGINT in the main thread); it returns the exit code: 0, 128+N when runs were still
     in flight at the drain deadline, 70 when the journal could not be opened.
@@ -94,6 +97,8 @@ class QueueWorker(JobDriving):
         heartbeat_s: float | None = None,
         log: Callable[[str], None] | None = None,
         secret_env: Sequence[str] = (),
+        on_transition: Callable[[Event], None] | None = None,
+        on_halt: Callable[[HaltRecord], None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise InvalidInputError(f"concurrency must be >= 1, got {concurrency}")
@@ -104,6 +109,8 @@ class QueueWorker(JobDriving):
         self.location, self.model, self.tools = location, model, tools
         #: environment variables whose values every run redacts (see fsm_agent.redaction)
         self.secret_env = tuple(secret_env)
+        #: handed every event each run journals, and each record a run halts with (traces)
+        self.on_transition, self.on_halt = on_transition, on_halt
         self.concurrency, self.lease_s, self.drain_s = concurrency, lease_s, drain_s
         self.records = Path(records)
         self.max_jobs, self.idle_exit, self.poll_s = max_jobs, idle_exit, poll_s
