@@ -93,9 +93,9 @@ def live_traces(
         yield None
         return
     from fsm_agent.telemetry.live import FLUSH_S, LiveTracer
-    from fsm_agent.telemetry.otlp import quiet_exporter_logs, require_otel
+    from fsm_agent.telemetry.otlp import preload, quiet_exporter_logs
 
-    require_otel()  # a missing package or protocol: `Error: …`, exit 2, before the run
+    preload()  # a missing package or protocol: `Error: …`, exit 2, before the run
     quiet_exporter_logs()
 
     def journal() -> Store:

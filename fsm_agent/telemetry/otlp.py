@@ -87,6 +87,25 @@ def require_otel(environ: Mapping[str, str] | None = None) -> str:
     return chosen
 
 
+def preload(environ: Mapping[str, str] | None = None) -> None:
+    """Import what sending needs (the SDK, the exporter of the chosen protocol) now, in the
+    calling thread: a live run's sending thread then imports nothing while the run goes on
+    (an import holds the interpreter for tens of milliseconds)."""
+    chosen = require_otel(environ)
+    for module in (
+        "opentelemetry.trace",
+        "opentelemetry.sdk.trace",
+        "opentelemetry.sdk.trace.export",
+        "opentelemetry.sdk.resources",
+        "opentelemetry.sdk.util.instrumentation",
+        PROTOCOLS[chosen][0],
+    ):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:  # installed, but broken
+            raise TracingUnavailable(f"traces cannot import {module}: {exc}") from exc
+
+
 def quiet_exporter_logs() -> None:
     """Keep the exporter's own log lines (retries, failures) off stderr: a command reports
     what could not be sent in its own words."""
