@@ -55,6 +55,8 @@ class Verdict:
     #: for `halts` refuted: where the path's cycle starts (the steps from there repeat)
     loop_from: int | None = None
     details: tuple[str, ...] = ()
+    #: the declaration's key path it points at, when not the path's last transition
+    key: str | None = None
 
 
 def _passed(log: Iterable[tuple[int, str, bool]], names: frozenset[str]) -> bool:
@@ -231,8 +233,11 @@ def dead(e: Exploration) -> Verdict:
     missing += [f"halt reason {r.value!r}" for r in declared if r not in reasons]
     overlaps = _overlaps(e)
     if missing:
+        first = next((t for t in spec.transitions if not t.implicit and t.index not in taken),
+                     None)  # fmt: skip
+        key = None if first is None else f"$.transitions[{first.index}]"
         return Verdict("dead", False, f"{len(missing)} never reachable: {'; '.join(missing)}",
-                       details=overlaps)  # fmt: skip
+                       details=overlaps, key=key)  # fmt: skip
     return Verdict("dead", True, "every state, transition and halt reason is reachable",
                    details=overlaps)  # fmt: skip
 
