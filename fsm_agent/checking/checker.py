@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -12,6 +13,9 @@ from fsm_agent.checking.explore import Exploration, explore
 from fsm_agent.checking.model import Bounds
 from fsm_agent.checking.properties import Verdict, check_all, longest_run
 from fsm_agent.declaration.spec import MachineSpec
+
+if TYPE_CHECKING:
+    from fsm_agent.runtime.tools import ToolRegistry
 
 #: The (max_steps, max_retries) points a linear formula of the longest run is fitted on,
 #: and the one it is then checked against (besides the declared budgets).
@@ -133,3 +137,28 @@ def _growth(spec: MachineSpec, bounds: Bounds, at: tuple[int, int] | None) -> Gr
         holds = all(a * s + b * r + c == v for (s, r), v in points.items())
         out.append((a, b, c) if holds else None)
     return Growth(out[0], out[1])
+
+
+def check_paths(
+    machine: str,
+    policy: str | None = None,
+    *,
+    tools: ToolRegistry | None = None,
+    budgets: Mapping[str, int | float | None] | None = None,
+    growth: bool = True,
+) -> CheckReport:
+    """`check_machine` for a machine name or path, under a policy file (default: the one
+    the machine declares, else the shipped one) and optionally the tool registry (which
+    tools are privileged). Raises `MachineSpecError` or `PolicyError` (invalid input)."""
+    from fsm_agent.declaration.load import load_machine
+    from fsm_agent.declaration.policy import default_policy_path, load_policy, policy_problems
+
+    spec = load_machine(machine)
+    loaded = load_policy(policy or spec.policy_path() or default_policy_path())
+    problems = tuple(f"{key}: {message}" for key, message in policy_problems(loaded))
+    possible = True
+    if tools is not None:
+        allowed = set(tools.names() if spec.tools is None else spec.tools)
+        possible = any(t.privileged and t.name in allowed for t in tools)
+    return check_machine(spec, budgets=budgets, privileged_possible=possible,
+                         policy_problems=problems, growth=growth)  # fmt: skip

@@ -75,8 +75,8 @@ def halts(e: Exploration) -> Verdict:
         return Verdict(
             "halts",
             False,
-            f"a run can loop forever without spending a counted meter: {len(loop)}"
-            f" transitions from {loop[0].source.state!r} repeat",
+            "a run can loop forever without spending a counted meter: the"
+            f" {_plural(len(loop), 'transition')} from {loop[0].source.state!r} repeat",
             tuple(lead + loop),
             loop_from=len(lead),
         )
@@ -86,6 +86,10 @@ def halts(e: Exploration) -> Verdict:
         True,
         f"every run halts; the longest takes {longest} transitions and {calls} model calls",
     )
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _find_cycle(e: Exploration) -> tuple[list[Step], list[Step]] | None:
