@@ -36,7 +36,11 @@ class Growth:
         if coef is None:
             return "no linear formula"
         a, b, c = coef
-        terms = [f"{a}*max_steps" if a else "", f"{b}*max_retries" if b else "", f"{c}" if c else ""]
+        terms = [
+            f"{a}*max_steps" if a else "",
+            f"{b}*max_retries" if b else "",
+            f"{c}" if c else "",
+        ]
         text = " + ".join(t for t in terms if t) or "0"
         return text.replace("+ -", "- ").replace("1*", "")
 
@@ -124,8 +128,9 @@ def _fit(points: Mapping[tuple[int, int], int]) -> tuple[int, int, int]:
 
 def _growth(spec: MachineSpec, bounds: Bounds, at: tuple[int, int] | None) -> Growth:
     probes = [*_FIT, _PROBE]
-    found = {p: longest_at(spec, attrs.evolve(bounds, max_steps=p[0], max_retries=p[1]))
-             for p in probes}  # fmt: skip
+    found = {
+        p: longest_at(spec, attrs.evolve(bounds, max_steps=p[0], max_retries=p[1])) for p in probes
+    }
     if at is not None:
         found[(bounds.max_steps, bounds.max_retries)] = at
     if any(v is None for v in found.values()):
@@ -160,5 +165,6 @@ def check_paths(
     if tools is not None:
         allowed = set(tools.names() if spec.tools is None else spec.tools)
         possible = any(t.privileged and t.name in allowed for t in tools)
-    return check_machine(spec, budgets=budgets, privileged_possible=possible,
-                         policy_problems=problems, growth=growth)  # fmt: skip
+    return check_machine(
+        spec, budgets=budgets, privileged_possible=possible, policy_problems=problems, growth=growth
+    )

@@ -116,11 +116,15 @@ def _registry(spec: MachineSpec, path: tuple[Step, ...]) -> tuple[Any, str]:
         if trigger == "tool_timed_out":
             time.sleep(HANG_S)
         receipt = Receipt(200, f"r-{call}") if s.after.complete else Receipt(206, "")
-        return ToolResult(receipts=(receipt,), observation={"value": VALUE},
-                          final=VALUE if s.after.final else None)  # fmt: skip
+        return ToolResult(
+            receipts=(receipt,),
+            observation={"value": VALUE},
+            final=VALUE if s.after.final else None,
+        )
 
     wants_privileged = any(
-        s.after.kind == "tool_call" and s.after.privileged for s in _action_steps(spec, path, "model")
+        s.after.kind == "tool_call" and s.after.privileged
+        for s in _action_steps(spec, path, "model")
     )
     if spec.tools:
         name = spec.tools[0]
@@ -132,7 +136,9 @@ def _judge(path: tuple[Step, ...]) -> Any:
     """A local judge that vetoes exactly where the path's judge did."""
     from fsm_agent.runtime.lanes import LOCAL
 
-    vetoes = {s.after.steps for s in path if any(r == "judge_agrees" and not ok for _, r, ok in s.log)}
+    vetoes = {
+        s.after.steps for s in path if any(r == "judge_agrees" and not ok for _, r, ok in s.log)
+    }
     if not vetoes:
         return None
 
@@ -166,9 +172,11 @@ def _diverged(path: tuple[Step, ...], events: tuple[Event, ...]) -> str | None:
             return f"the run halted before step {n + 1} of the path"
         e = moves[n]
         if (e.source, e.trigger, e.dest) != (s.source.state, s.trigger, s.dest.state):
-            return (f"step {n + 1}: the path goes {s.source.state} --{s.trigger}--> {s.dest.state},"
-                    f" the run went {e.source} --{e.trigger}--> {e.dest} (a user guard or"
-                    " action decides here, as written)")  # fmt: skip
+            return (
+                f"step {n + 1}: the path goes {s.source.state} --{s.trigger}--> {s.dest.state},"
+                f" the run went {e.source} --{e.trigger}--> {e.dest} (a user guard or"
+                " action decides here, as written)"
+            )
     return None
 
 
@@ -193,11 +201,19 @@ def write_counterexample(
         store = SqliteStore(Path(tmp) / "check.db")
         try:
             record = run(
-                spec, task=f"the checker's counterexample: {verdict.name}",
-                model=ScriptedModel(_replies(spec, path, allowed)), tools=tools, store=store,
-                budgets=caps, clock=clock, on_transition=clock.saw, handle_signals=False,
-                judge=_judge(path), repair=_repair(path), thrash_limit=_thrash(path),
-            )  # fmt: skip
+                spec,
+                task=f"the checker's counterexample: {verdict.name}",
+                model=ScriptedModel(_replies(spec, path, allowed)),
+                tools=tools,
+                store=store,
+                budgets=caps,
+                clock=clock,
+                on_transition=clock.saw,
+                handle_signals=False,
+                judge=_judge(path),
+                repair=_repair(path),
+                thrash_limit=_thrash(path),
+            )
             run_file = export_run(store, record.run_id)
         finally:
             store.close()

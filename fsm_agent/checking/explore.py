@@ -152,12 +152,24 @@ def _successors(c: Config, spec: MachineSpec, live: Liveness, d: _Decider) -> It
     budget = d.budget_edge[c.state]
     tripped = (budget.index, "budget_tripped", True)
     if action == "model" and c.steps >= d.bounds.max_steps:
-        yield Step(c, BUDGET_TRIGGER, c, budget, (tripped,),
-                   Halt(BUDGET_EXHAUSTED, HaltReason.MAX_STEPS, c.steps))  # fmt: skip
+        yield Step(
+            c,
+            BUDGET_TRIGGER,
+            c,
+            budget,
+            (tripped,),
+            Halt(BUDGET_EXHAUSTED, HaltReason.MAX_STEPS, c.steps),
+        )
         return
     # after any action the wall clock or the money meter may trip
-    yield Step(c, BUDGET_TRIGGER, c, budget, (tripped,),
-               Halt(BUDGET_EXHAUSTED, HaltReason.WALL_CLOCK, c.steps))  # fmt: skip
+    yield Step(
+        c,
+        BUDGET_TRIGGER,
+        c,
+        budget,
+        (tripped,),
+        Halt(BUDGET_EXHAUSTED, HaltReason.WALL_CLOCK, c.steps),
+    )
     for trigger, after in outcomes(c, action, live, d.bounds):
         for chosen, log, later in d.decide(after, trigger):
             yield Step(c, trigger, after, chosen, log, _dest(after, chosen, spec, live, d), later)
@@ -170,8 +182,8 @@ def _dest(
         return Halt(HANDOFF, HaltReason.NO_TRANSITION, after.steps)
     retries = min(after.retries + 1, d.bounds.max_retries + 1) if t.retry else after.retries
     dest = spec.state(t.dest)
-    if dest.terminal:
-        return Halt(dest.name, t.halt, after.steps)
+    if dest.terminal:  # the loader gives every edge into a terminal state its halt reason
+        return Halt(dest.name, t.halt or HaltReason.NO_TRANSITION, after.steps)
     return live.entering(after._replace(retries=retries), dest.name)
 
 

@@ -30,9 +30,15 @@ from fsm_agent.declaration.spec import ACTION_OUTCOMES, MachineSpec
 FREE_BUILTINS = frozenset({"judge_agrees"})
 #: Guards that read the last proposal, and those that read the last tool outcome.
 _PROPOSAL_GUARDS = frozenset(
-    {"tool_allowed", "privileged_cleared", "answer_grounded", "thrashing", "reply_empty",
-     "repair_refused"}
-)  # fmt: skip
+    {
+        "tool_allowed",
+        "privileged_cleared",
+        "answer_grounded",
+        "thrashing",
+        "reply_empty",
+        "repair_refused",
+    }
+)
 _TOOL_GUARDS = frozenset({"receipts_complete", "goal_satisfied", "error_retryable"})
 #: User actions may always fail (raise) or time out, whatever the declaration says.
 USER_FAILURES = ("failed", "timed_out")
@@ -63,23 +69,38 @@ class Config(NamedTuple):
         """The facts a reader needs, as `kind allowed privileged …` words."""
         words = [] if self.lane_local else ["halt lane not local"]
         if self.kind == "tool_call":
-            words.append("tool call" + "".join(
-                f", {w}" for w, on in (("not allow-listed", not self.allowed),
-                                       ("privileged", self.privileged),
-                                       ("repeated", self.thrash)) if on))  # fmt: skip
+            words.append(
+                "tool call"
+                + "".join(
+                    f", {w}"
+                    for w, on in (
+                        ("not allow-listed", not self.allowed),
+                        ("privileged", self.privileged),
+                        ("repeated", self.thrash),
+                    )
+                    if on
+                )
+            )
         elif self.kind == "answer":
             words.append("answer, " + ("grounded" if self.grounded else "not grounded"))
         elif self.kind == "rejected":
-            words.append("rejected reply" + (", empty" if self.empty else "")
-                         + (", repair vote refused" if self.refused else ""))  # fmt: skip
+            words.append(
+                "rejected reply"
+                + (", empty" if self.empty else "")
+                + (", repair vote refused" if self.refused else "")
+            )
         elif self.kind is not None:
             words.append(self.kind)
         if self.tool == "returned":
-            words.append("tool returned " + ("complete receipts" if self.complete
-                         else "incomplete receipts") + (", a final value" if self.final else ""))  # fmt: skip
+            words.append(
+                "tool returned "
+                + ("complete receipts" if self.complete else "incomplete receipts")
+                + (", a final value" if self.final else "")
+            )
         elif self.tool is not None:
-            words.append(f"tool {self.tool.replace('_', ' ')}"
-                         + (", retryable" if self.retryable else ""))  # fmt: skip
+            words.append(
+                f"tool {self.tool.replace('_', ' ')}" + (", retryable" if self.retryable else "")
+            )
         if self.pending:
             words.append("a side effect lacks receipts")
         if self.evidence:
@@ -165,7 +186,7 @@ class Liveness:
                 groups.add("tool")
             live[s.name] = groups
         changed = True
-        while changed:  # live(S) = reads(S) ∪ live(dest) - overwritten by S's action
+        while changed:  # live(S): what S reads, and what its dests read that S does not overwrite
             changed = False
             for t in spec.transitions:
                 action = spec.state(t.source).action
@@ -186,8 +207,15 @@ class Liveness:
         live = self.live[state]
         c = c._replace(state=state)
         if "proposal" not in live:
-            c = c._replace(kind=None, allowed=False, privileged=False, thrash=False,
-                           grounded=False, empty=False, refused=False)  # fmt: skip
+            c = c._replace(
+                kind=None,
+                allowed=False,
+                privileged=False,
+                thrash=False,
+                grounded=False,
+                empty=False,
+                refused=False,
+            )
         if "tool" not in live:
             c = c._replace(tool=None, complete=False, final=False, retryable=False)
         return c
@@ -214,8 +242,12 @@ def model_outcomes(c: Config, live: Liveness, bounds: Bounds) -> Iterator[tuple[
     for a in allowed:
         for p in privileged:
             for t in thrash:
-                yield "tool_call", c._replace(kind="tool_call", allowed=a or not allowed[-1],
-                                              privileged=p, thrash=t)  # fmt: skip
+                yield (
+                    "tool_call",
+                    c._replace(
+                        kind="tool_call", allowed=a or not allowed[-1], privileged=p, thrash=t
+                    ),
+                )
     grounded = _both(c.evidence and live.reads_any("answer_grounded"))
     for g in grounded:
         yield "answer", c._replace(kind="answer", grounded=g)
@@ -242,17 +274,35 @@ def call_outcomes(
     for trigger in returned:
         for complete in (False, True):
             for final in finals:
-                for pending in sorted({*_settled(c, complete), c.pending}):  # a read changes nothing
-                    yield trigger, c._replace(tool="returned", complete=complete, final=final,
-                                              retryable=False, pending=pending)  # fmt: skip
+                for pending in sorted(
+                    {*_settled(c, complete), c.pending}
+                ):  # a read changes nothing
+                    yield (
+                        trigger,
+                        c._replace(
+                            tool="returned",
+                            complete=complete,
+                            final=final,
+                            retryable=False,
+                            pending=pending,
+                        ),
+                    )
     failed, timed_out = failures
     for retryable in _both(live.reads_any("error_retryable")):
         for pending in sorted({True, c.pending}):
-            yield failed, c._replace(tool="failed", complete=False, final=False,
-                                     retryable=retryable, pending=pending)  # fmt: skip
+            yield (
+                failed,
+                c._replace(
+                    tool="failed", complete=False, final=False, retryable=retryable, pending=pending
+                ),
+            )
     for pending in sorted({True, c.pending}):
-        yield timed_out, c._replace(tool="timed_out", complete=False, final=False,
-                                    retryable=False, pending=pending)  # fmt: skip
+        yield (
+            timed_out,
+            c._replace(
+                tool="timed_out", complete=False, final=False, retryable=False, pending=pending
+            ),
+        )
 
 
 def outcomes(c: Config, action: str, live: Liveness, bounds: Bounds) -> list[tuple[str, Config]]:
@@ -263,11 +313,21 @@ def outcomes(c: Config, action: str, live: Liveness, bounds: Bounds) -> list[tup
         return list(call_outcomes(c, live, ("tool_returned",), ("tool_failed", "tool_timed_out")))
     if action == "receipts":
         collected = c.evidence or (c.tool == "returned" and c.complete)
-        return [("collected", c._replace(evidence=collected and live.reads_any(
-            "answer_grounded", "evidence_complete")))]  # fmt: skip
-    declared = tuple(dict.fromkeys(
-        t.trigger for t in live.spec.transitions
-        if t.source == c.state and not t.implicit and t.trigger not in USER_FAILURES))  # fmt: skip
+        return [
+            (
+                "collected",
+                c._replace(
+                    evidence=collected and live.reads_any("answer_grounded", "evidence_complete")
+                ),
+            )
+        ]
+    declared = tuple(
+        dict.fromkeys(
+            t.trigger
+            for t in live.spec.transitions
+            if t.source == c.state and not t.implicit and t.trigger not in USER_FAILURES
+        )
+    )
     return list(call_outcomes(c, live, declared, ("failed", "timed_out")))
 
 

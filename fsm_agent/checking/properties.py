@@ -40,6 +40,14 @@ CLAIMS: Final = {
     " decided by local code",
     "dead": "every declared state, transition and halt reason is reachable",
 }
+#: property name -> the code `fsm-agent lint` reports it under.
+CODES: Final = {
+    "halts": "CK001",
+    "no-gap": "CK002",
+    "receipts": "CK003",
+    "privileged": "CK004",
+    "dead": "CK005",
+}
 GROUNDING: Final = frozenset({"answer_grounded", "goal_satisfied"})
 LOCAL_CHECKS: Final = frozenset({"privileged_cleared", "halt_lane_local"})
 
@@ -154,8 +162,7 @@ def gaps(e: Exploration) -> Verdict:
     return Verdict(
         "no-gap",
         False,
-        f"{len(where)} configurations where no transition passes (the run halts"
-        " no_transition)",
+        f"{len(where)} configurations where no transition passes (the run halts no_transition)",
         (*e.path_to(first.source), first),
         details=tuple(where[:20]) + ((f"… and {len(where) - 20} more",) if len(where) > 20 else ()),
     )
@@ -207,8 +214,9 @@ def privileged(e: Exploration, policy_problems: tuple[str, ...] = ()) -> Verdict
                 (*e.path_to(s.source), s),
             )
     if policy_problems:
-        return Verdict("privileged", False, "the policy's control plane is not local",
-                       details=policy_problems)  # fmt: skip
+        return Verdict(
+            "privileged", False, "the policy's control plane is not local", details=policy_problems
+        )
     return Verdict(
         "privileged", True, "privileged tools only after the local halt check; retries counted"
     )
@@ -237,13 +245,18 @@ def dead(e: Exploration) -> Verdict:
     missing += [f"halt reason {r.value!r}" for r in declared if r not in reasons]
     overlaps = _overlaps(e)
     if missing:
-        first = next((t for t in spec.transitions if not t.implicit and t.index not in taken),
-                     None)  # fmt: skip
+        first = next((t for t in spec.transitions if not t.implicit and t.index not in taken), None)
         key = None if first is None else f"$.transitions[{first.index}]"
-        return Verdict("dead", False, f"{len(missing)} never reachable: {'; '.join(missing)}",
-                       details=overlaps, key=key)  # fmt: skip
-    return Verdict("dead", True, "every state, transition and halt reason is reachable",
-                   details=overlaps)  # fmt: skip
+        return Verdict(
+            "dead",
+            False,
+            f"{len(missing)} never reachable: {'; '.join(missing)}",
+            details=overlaps,
+            key=key,
+        )
+    return Verdict(
+        "dead", True, "every state, transition and halt reason is reachable", details=overlaps
+    )
 
 
 def _overlaps(e: Exploration) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from fsm_agent.checking.checker import CheckReport, Growth
 from fsm_agent.checking.explore import Halt, Step
-from fsm_agent.checking.properties import CLAIMS, Verdict
+from fsm_agent.checking.properties import CLAIMS, CODES, Verdict
 from fsm_agent.declaration.spec import MachineSpec
 
 
@@ -55,15 +55,18 @@ def step_line(s: Step) -> str:
     label = f"transition {t.index}" if t is not None and not t.implicit else "meter check"
     if t is None:
         label = "gap"
-    return (f"{s.source.state} --{s.trigger}[{guards}]--> {dest}"
-            + (f"    ({label}; {facts})" if facts else f"    ({label})"))  # fmt: skip
+    return f"{s.source.state} --{s.trigger}[{guards}]--> {dest}" + (
+        f"    ({label}; {facts})" if facts else f"    ({label})"
+    )
 
 
 def _growth_text(g: Growth | None) -> str:
     if g is None:
         return ""
-    return (f"as the budgets grow: transitions = {Growth.formula(g.transitions)},"
-            f" model calls = {Growth.formula(g.calls)}")  # fmt: skip
+    return (
+        f"as the budgets grow: transitions = {Growth.formula(g.transitions)},"
+        f" model calls = {Growth.formula(g.calls)}"
+    )
 
 
 def format_text(report: CheckReport, run_files: Mapping[str, Path | str] | None = None) -> str:
@@ -71,8 +74,7 @@ def format_text(report: CheckReport, run_files: Mapping[str, Path | str] | None 
     property's path (and its run file), then the overlaps declaration order resolves."""
     spec, b = report.spec, report.bounds
     out = [
-        f"check {spec.name} ({spec.source}): max_steps {b.max_steps}, max_retries"
-        f" {b.max_retries}",
+        f"check {spec.name} ({spec.source}): max_steps {b.max_steps}, max_retries {b.max_retries}",
         f"explored {report.configurations} configurations, {report.transitions} transitions"
         f" in {report.seconds:.2f} s",
         "",
@@ -81,8 +83,11 @@ def format_text(report: CheckReport, run_files: Mapping[str, Path | str] | None 
         mark = "proven" if v.proven else "COUNTEREXAMPLE"
         out.append(f"  {v.name:<11} {mark:<15} {v.summary}")
     if report.longest is not None:
-        out += ["", f"longest run: {report.longest[0]} transitions, {report.longest[1]} model"
-                f" calls at these budgets"]  # fmt: skip
+        out += [
+            "",
+            f"longest run: {report.longest[0]} transitions, {report.longest[1]} model"
+            f" calls at these budgets",
+        ]
         if report.growth is not None:
             out.append(_growth_text(report.growth))
     for v in report.verdicts:
@@ -134,32 +139,53 @@ def report_data(
     props = []
     for v in report.verdicts:
         key, line = where(spec, v)
-        props.append({
-            "name": v.name, "claim": CLAIMS[v.name], "proven": v.proven, "summary": v.summary,
-            "key": None if v.proven else key, "line": None if v.proven else line,
-            "path": [_step_data(s) for s in v.path], "loop_from": v.loop_from,
-            "details": list(v.details),
-            "run_file": None if not run_files or v.name not in run_files
-            else str(run_files[v.name]),
-        })  # fmt: skip
+        props.append(
+            {
+                "name": v.name,
+                "claim": CLAIMS[v.name],
+                "proven": v.proven,
+                "summary": v.summary,
+                "key": None if v.proven else key,
+                "line": None if v.proven else line,
+                "path": [_step_data(s) for s in v.path],
+                "loop_from": v.loop_from,
+                "details": list(v.details),
+                "run_file": None
+                if not run_files or v.name not in run_files
+                else str(run_files[v.name]),
+            }
+        )
     g = report.growth
     return {
         "machine": spec.name,
         "source": spec.source,
         "proven": report.proven,
-        "budgets": {"max_steps": report.bounds.max_steps,
-                    "max_retries": report.bounds.max_retries},  # fmt: skip
+        "budgets": {"max_steps": report.bounds.max_steps, "max_retries": report.bounds.max_retries},
         "configurations": report.configurations,
         "transitions": report.transitions,
         "seconds": round(report.seconds, 4),
-        "longest": None if report.longest is None
+        "longest": None
+        if report.longest is None
         else {"transitions": report.longest[0], "model_calls": report.longest[1]},
-        "growth": None if g is None else {"transitions": Growth.formula(g.transitions),
-                                          "model_calls": Growth.formula(g.calls)},
+        "growth": None
+        if g is None
+        else {"transitions": Growth.formula(g.transitions), "model_calls": Growth.formula(g.calls)},
         "properties": props,
-    }  # fmt: skip
+    }
 
 
 def format_json(reports: Sequence[dict[str, Any]]) -> str:
-    return json.dumps(reports[0] if len(reports) == 1 else list(reports), indent=2,
-                      ensure_ascii=False) + "\n"  # fmt: skip
+    return (
+        json.dumps(reports[0] if len(reports) == 1 else list(reports), indent=2, ensure_ascii=False)
+        + "\n"
+    )
+
+
+def refutations(report: CheckReport) -> list[tuple[str, str, str, int | None]]:
+    """Each refuted property as (code, message, key path, line), for `fsm-agent lint`."""
+    out = []
+    for v in report.verdicts:
+        if not v.proven:
+            key, line = where(report.spec, v)
+            out.append((CODES[v.name], f"{v.summary} (fsm-agent check shows the path)", key, line))
+    return out

@@ -65,8 +65,10 @@ def check(
                 files[v.name] = written.path
                 if written.diverged is not None:
                     notes[v.name] = written.diverged
-    shown = {name: f"{path}" + (f" (the run leaves the path: {notes[name]})" if name in notes
-                                else "") for name, path in files.items()}  # fmt: skip
+    shown = {
+        name: f"{path}" + (f" (the run leaves the path: {notes[name]})" if name in notes else "")
+        for name, path in files.items()
+    }
     if as_json:
         data = report_data(report, shown)
         click.echo(format_json([data]), nl=False)

@@ -1,0 +1,269 @@
+"""`fsm-agent check`: every shipped machine is proven; each fixture's one defect is found with
+the expected counterexample, written as a run file that replays, draws and reports; the
+exit codes; lint's CK findings; and the checker's gap verdict against concrete runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fsm_agent.checking.checker import check_machine, check_paths
+from fsm_agent.checking.report import format_text, step_line
+from fsm_agent.cli.main import cli
+from fsm_agent.declaration.lint import lint_paths
+from fsm_agent.declaration.load import load_machine, parse_machine
+from fsm_agent.declaration.policy import default_policy_path
+from fsm_agent.journal.runfile import read_run_file
+from fsm_agent.review.replay import replay_events
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "check_fixtures"
+SHIPPED = [
+    *sorted(str(p) for p in (ROOT / "machines").glob("*.yaml")),
+    *sorted(str(p) for p in (ROOT / "examples").rglob("*.yaml")),
+]
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("machine", SHIPPED, ids=[Path(p).name for p in SHIPPED])
+def test_every_shipped_machine_is_proven(machine: str) -> None:
+    report = check_paths(machine)
+    assert [(v.name, v.proven) for v in report.verdicts] == [
+        ("halts", True),
+        ("no-gap", True),
+        ("receipts", True),
+        ("privileged", True),
+        ("dead", True),
+    ]
+    assert report.longest is not None
+    assert report.longest[1] == report.bounds.max_steps
+
+
+def test_the_canonical_machine_s_longest_run_as_a_function_of_the_budgets() -> None:
+    report = check_paths("agent_loop")
+    assert report.longest == (25, 8)
+    assert report.growth is not None
+    assert report.growth.formula(report.growth.transitions) == "3*max_steps + 1"
+    assert report.growth.formula(report.growth.calls) == "max_steps"
+    bigger = check_paths("agent_loop", budgets={"max_steps": 16, "max_retries": 4}, growth=False)
+    assert bigger.longest == (3 * 16 + 1, 16)
+
+
+#: fixture -> (the one refuted property, the path's lines, the run file's halt reason)
+EXPECTED = {
+    "cycle": (
+        "halts",
+        [
+            "drafting --tool_call[]--> tool_pending",
+            "tool_pending --tool_returned[]--> awaiting_receipts",
+            "awaiting_receipts --collected[not receipts_complete]--> awaiting_receipts",
+        ],
+        "wall_clock",
+    ),
+    "gap": (
+        "no-gap",
+        [
+            "drafting --answer[retries_left]--> drafting (retry)",
+            "drafting --answer[retries_left]--> drafting (retry)",
+            "drafting --answer[no edge passes]--> no transition: handoff (no_transition)",
+        ],
+        "no_transition",
+    ),
+    "receipts": (
+        "receipts",
+        [
+            "drafting --answer[side_effects_receipted, judge_agrees]--> done (completed)",
+        ],
+        "completed",
+    ),
+    "privileged": ("privileged", ["drafting --tool_call[]--> tool_pending"], "handoff_requested"),
+    "dead": ("dead", [], None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_fixture_s_defect_is_found_with_its_counterexample(name: str, tmp_path: Path) -> None:
+    prop, lines, halt = EXPECTED[name]
+    machine = str(FIXTURES / f"{name}.yaml")
+    report = check_paths(machine, growth=False)
+    assert [v.name for v in report.verdicts if not v.proven] == [prop]
+    verdict = next(v for v in report.verdicts if v.name == prop)
+    assert [step_line(s).split("    (")[0] for s in verdict.path] == lines
+    code, out = invoke("check", machine, "-o", str(tmp_path))
+    assert code == 1
+    assert f"{prop:<11} COUNTEREXAMPLE" in out
+    files = list(tmp_path.glob("*.json"))
+    if halt is None:  # a dead edge has no path to show
+        assert files == []
+        return
+    (path,) = files
+    assert f"run file: {path}\n" in out  # the run followed the path: no divergence note
+    run_file = read_run_file(path)
+    assert run_file.record is not None
+    assert run_file.record.halt_reason.value == halt
+    assert replay_events(run_file.run, run_file.events).ok
+    code, picture = invoke("diagram", machine, "--run", str(path))
+    assert code == 0
+    assert "· taken" in picture
+    code, _ = invoke("report", str(path), "-o", str(tmp_path / "r.html"))
+    assert code == 0
+    assert (tmp_path / "r.html").stat().st_size > 0
+    code, _ = invoke("replay", str(path), "--step")
+    assert code == 0
+
+
+def test_the_dead_fixture_names_the_shadowed_edge_at_its_line() -> None:
+    report = check_paths(str(FIXTURES / "dead.yaml"), growth=False)
+    text = format_text(report)
+    assert "dead.yaml:39: 4 never reachable: transition 11 'rejected' drafting → drafting" in text
+    assert "drafting on 'rejected': order picks" not in text.split("dead.yaml:39")[0]
+
+
+def test_exit_codes_and_json() -> None:
+    assert invoke("check", "agent_loop")[0] == 0
+    code, out = invoke("check", "agent_loop", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["proven"]
+    assert data["longest"] == {"transitions": 25, "model_calls": 8}
+    assert [p["name"] for p in data["properties"]] == [
+        "halts",
+        "no-gap",
+        "receipts",
+        "privileged",
+        "dead",
+    ]
+    code, out = invoke("check", str(FIXTURES / "gap.yaml"), "--json")
+    gap = next(p for p in json.loads(out)["properties"] if p["name"] == "no-gap")
+    assert code == 1
+    assert gap["proven"] is False
+    assert gap["path"][-1]["transition"] is None
+    code, out = invoke("check", "no_such_machine")
+    assert code == 2
+    assert out.startswith("Error: ")
+    assert "Traceback" not in out
+    code, out = invoke("check", "agent_loop", "--max-steps", "0")
+    assert code == 2
+    assert "max_steps" in out
+
+
+def test_a_broken_declaration_is_invalid_input_with_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        (ROOT / "machines" / "agent_loop.yaml")
+        .read_text()
+        .replace("dest: awaiting_receipts}", "dest: nowhere}")
+    )
+    code, out = invoke("check", str(bad))
+    assert code == 2
+    assert f"{bad}:" in out
+    assert "unknown state 'nowhere'" in out
+
+
+def test_lint_reports_the_refuted_properties_as_ck_findings() -> None:
+    findings = lint_paths(str(FIXTURES / "privileged.yaml"), check=True)
+    assert [(f.code, f.line, f.key) for f in findings if f.code.startswith("CK")] == [
+        ("CK004", 29, "$.transitions[2]")
+    ]
+    assert lint_paths("agent_loop", str(default_policy_path()), check=True) == []
+
+
+def test_a_registry_without_privileged_tools_proves_the_privileged_fixture() -> None:
+    from fsm_agent.runtime.tools import Tool, ToolRegistry
+
+    tools = ToolRegistry((Tool("lookup", lambda q="": None),))
+    report = check_paths(str(FIXTURES / "privileged.yaml"), tools=tools, growth=False)
+    assert report.proven
+
+
+# --- the gap verdict against concrete runs --------------------------------------------------
+
+ANSWER_EDGES = [
+    "{trigger: answer, source: drafting, dest: drafting, guards: [retries_left], retry: true}",
+    "{trigger: answer, source: drafting, dest: handoff, guards: [reply_empty], halt: schema_fail}",
+    "{trigger: answer, source: drafting, dest: handoff, halt: schema_fail}",
+    "{trigger: handoff, source: drafting, dest: handoff, halt: handoff_requested}",
+    "{trigger: rejected, source: drafting, dest: drafting, guards: [retries_left], retry: true}",
+    "{trigger: rejected, source: drafting, dest: handoff, guards: [reply_empty],"
+    " halt: empty_response}",
+    "{trigger: rejected, source: drafting, dest: handoff, halt: schema_fail}",
+    "{trigger: tool_call, source: drafting, dest: handoff, halt: tool_refused}",
+]
+
+
+def _machine(edges: list[str], retries: int) -> str:
+    done = (
+        "{trigger: answer, source: drafting, dest: done, guards: [answer_grounded],"
+        " halt: completed}"
+    )
+    body = "\n".join(f"  - {e}" for e in [done, *edges])
+    return (
+        "name: generated\ninitial: drafting\n"
+        f"budgets: {{max_steps: 4, wall_clock_ms: 60000, max_cost: 1.0, tool_timeout_ms: 1000,"
+        f" max_retries: {retries}}}\n"
+        "states:\n  drafting: {action: model}\n  done: {terminal: true}\n"
+        "  budget_exhausted: {terminal: true}\n  handoff: {terminal: true}\n"
+        f"transitions:\n{body}\n"
+    )
+
+
+REPLIES = [
+    {"answer": "x"},
+    "prose",
+    None,
+    {"handoff": {"why": "w"}},
+    {"tool_call": {"name": "t", "args": {}}},
+]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    chosen=st.lists(st.sampled_from(ANSWER_EDGES), min_size=1, max_size=5, unique=True),
+    retries=st.integers(0, 2),
+    script=st.lists(st.integers(0, len(REPLIES) - 1), min_size=4, max_size=4),
+)
+def test_the_gap_verdict_agrees_with_concrete_runs(
+    chosen: list[str], retries: int, script: list[int], tmp_path: Path
+) -> None:
+    """A machine of one model state: the checker proves no gap exactly when no concrete run
+    of these replies halts no_transition (every reply kind is tried in every position)."""
+    from fsm_agent import ScriptedModel, run
+
+    text = _machine(chosen, retries)
+    try:
+        spec = parse_machine(text, source=str(tmp_path / "generated.yaml"))
+    except Exception:  # a generated machine the loader refuses is not a case
+        return
+    verdict = check_machine(spec, growth=False).verdicts[1]
+    concrete = set()
+    for kind in range(len(REPLIES)):  # every reply kind after each prefix of the script
+        for cut in range(len(script) + 1):
+            replies = [REPLIES[i] for i in script[:cut]] + [REPLIES[kind]] * 4
+            record = run(
+                spec,
+                task="t",
+                model=ScriptedModel(replies),
+                store=tmp_path / "j.db",
+                handle_signals=False,
+            )
+            concrete.add(record.halt_reason.value)
+    if "no_transition" in concrete:
+        assert not verdict.proven
+    if verdict.proven:
+        assert "no_transition" not in concrete
+
+
+def test_loading_the_fixtures_is_what_lint_sees() -> None:
+    for name in EXPECTED:
+        assert load_machine(str(FIXTURES / f"{name}.yaml")).name == f"fixture_{name}"
