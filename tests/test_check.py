@@ -235,7 +235,9 @@ RETRYING = (0, 1, 2)
     chosen=st.lists(st.sampled_from(ANSWER_EDGES), min_size=1, max_size=6, unique=True),
     retries=st.integers(0, 3),
 )
-def test_the_gap_verdict_is_exactly_what_concrete_runs_show(chosen: list[str], retries: int) -> None:
+def test_the_gap_verdict_is_exactly_what_concrete_runs_show(
+    chosen: list[str], retries: int
+) -> None:
     """A generated machine of one model state, every one of whose edges either halts or
     retries: its reachable configurations are (n model calls, n retries), which the replies
     [P]*n + [K]*… reach for every retrying reply P and every reply K. So the checker's

@@ -132,9 +132,12 @@ def _step_data(s: Step) -> dict[str, Any]:
 
 
 def report_data(
-    report: CheckReport, run_files: Mapping[str, Path | str] | None = None
+    report: CheckReport,
+    run_files: Mapping[str, Path | str] | None = None,
+    diverged: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The report as JSON data."""
+    """The report as JSON data; `run_files` and `diverged` by property name (where a
+    counterexample's run file is, and where its real run left the path)."""
     spec = report.spec
     props = []
     for v in report.verdicts:
@@ -153,6 +156,7 @@ def report_data(
                 "run_file": None
                 if not run_files or v.name not in run_files
                 else str(run_files[v.name]),
+                "diverged": (diverged or {}).get(v.name),
             }
         )
     g = report.growth

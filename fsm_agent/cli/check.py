@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from fsm_agent.cli.group import cli
-from fsm_agent.cli.options import OutputPath, budget_options, cli_errors, here, json_option
+from fsm_agent.cli.options import OutputPath, cli_errors, here, json_option
 
 
 @cli.command("check")
@@ -30,7 +30,10 @@ from fsm_agent.cli.options import OutputPath, budget_options, cli_errors, here, 
     help="Write each counterexample as a run file in this directory (replay --step,"
     " diagram --run and report open it).",
 )
-@budget_options
+@click.option("--max-steps", "max_steps", type=int, help="Check under this step budget instead.")
+@click.option(
+    "--max-retries", "max_retries", type=int, help="Check under this retry budget instead."
+)
 @json_option
 @cli_errors
 def check(
@@ -38,20 +41,23 @@ def check(
     policy_path: str | None,
     tools_module: str | None,
     output: str | None,
-    budgets: dict[str, int | float | None],
+    max_steps: int | None,
+    max_retries: int | None,
     as_json: bool,
 ) -> None:
     """Explore every reachable configuration of MACHINE (a declared name or a .yaml path)
     under its budgets and prove that every run halts within them, that no configuration
     lacks a passing transition, that done needs receipts and a grounding check, that
     privileged tools wait for the local halt check and retries for the retry meter, and
-    that nothing declared is dead; or print the shortest counterexample path. Exit code:
-    0 proven, 1 counterexample, 2 invalid input."""
+    that nothing declared is dead; or print the shortest counterexample path (the wall
+    clock, money and tool time caps are not explored: any of them may end any run). Exit
+    code: 0 proven, 1 counterexample, 2 invalid input."""
     from fsm_agent.checking.checker import check_paths
     from fsm_agent.checking.report import format_json, format_text, report_data
     from fsm_agent.runtime.tools import load_tools
 
     tools = load_tools(tools_module, here()) if tools_module else None
+    budgets: dict[str, int | float | None] = {"max_steps": max_steps, "max_retries": max_retries}
     report = check_paths(machine, policy_path, tools=tools, budgets=budgets)
     files: dict[str, Path] = {}
     notes: dict[str, str] = {}
@@ -65,14 +71,14 @@ def check(
                 files[v.name] = written.path
                 if written.diverged is not None:
                     notes[v.name] = written.diverged
-    shown = {
+    text_files = {
         name: f"{path}" + (f" (the run leaves the path: {notes[name]})" if name in notes else "")
         for name, path in files.items()
     }
     if as_json:
-        data = report_data(report, shown)
+        data = report_data(report, files, notes)
         click.echo(format_json([data]), nl=False)
     else:
-        click.echo(format_text(report, shown), nl=False)
+        click.echo(format_text(report, text_files), nl=False)
     if not report.proven:
         sys.exit(1)

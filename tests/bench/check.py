@@ -107,8 +107,10 @@ def main() -> None:
     lint_s = median_s(lambda: lint(canonical, policy), rounds)
     print(f"baselines (agent_loop): cold load {load_s * 1000:.1f} ms, lint {lint_s * 1000:.2f} ms")
     print("ratio: check time / cold load of agent_loop\n")
-    head = f"{'machine / budgets':<34} {'states':>6} {'configs':>8} {'steps':>9} {'ms':>9} {'ratio':>9}"
-    print(head)
+    print(
+        f"{'machine / budgets':<34} {'states':>6} {'configs':>8} {'steps':>9} {'ms':>9}"
+        f" {'ratio':>9}"
+    )
     for ref in SHIPPED:
         spec = load_machine(ref)
         row(spec.name + " (declared)", spec, rounds, load_s)
