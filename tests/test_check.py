@@ -269,3 +269,31 @@ def test_the_gap_verdict_is_exactly_what_concrete_runs_show(
 def test_loading_the_fixtures_is_what_lint_sees() -> None:
     for name in EXPECTED:
         assert load_machine(str(FIXTURES / f"{name}.yaml")).name == f"fixture_{name}"
+
+
+@pytest.mark.parametrize(
+    "machine",
+    [*SHIPPED, *sorted(str(p) for p in FIXTURES.glob("*.yaml"))],
+    ids=lambda p: Path(p).name,
+)
+def test_dropping_dead_facts_changes_no_verdict(
+    machine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The explorer drops the facts no guard reads before an action overwrites them; with
+    every fact kept, every verdict, every path's length and the longest run are the same."""
+    from fsm_agent.checking.model import Config, Liveness
+
+    def summary() -> list[tuple[str, bool, int]]:
+        report = check_paths(machine, growth=False)
+        assert report.longest == reduced_longest or not report.verdicts[0].proven
+        return [(v.name, v.proven, len(v.path)) for v in report.verdicts]
+
+    reduced = check_paths(machine, growth=False)
+    reduced_longest = reduced.longest
+    expected = [(v.name, v.proven, len(v.path)) for v in reduced.verdicts]
+
+    def keep_all(self: Liveness, c: Config, state: str) -> Config:
+        return c._replace(state=state)
+
+    monkeypatch.setattr(Liveness, "entering", keep_all)
+    assert summary() == expected

@@ -189,8 +189,8 @@ class Liveness:
         while changed:  # live(S): what S reads, and what its dests read that S does not overwrite
             changed = False
             for t in spec.transitions:
-                action = spec.state(t.source).action
-                carried = live[t.dest] - _overwritten(action)
+                at_dest = live[t.dest] - _overwritten(spec.state(t.dest).action)
+                carried = at_dest - _overwritten(spec.state(t.source).action)
                 if not carried <= live[t.source]:
                     live[t.source] |= carried
                     changed = True
