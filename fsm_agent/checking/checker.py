@@ -11,7 +11,7 @@ import attrs
 
 from fsm_agent.checking.explore import Exploration, explore
 from fsm_agent.checking.model import Bounds
-from fsm_agent.checking.properties import Verdict, check_all, longest_run
+from fsm_agent.checking.properties import Verdict, check_all, halts
 from fsm_agent.declaration.spec import MachineSpec
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def check_machine(
     e = explore(spec, bounds)
     verdicts = check_all(e, policy_problems)
     halting = verdicts[0].proven
-    longest = longest_run(e) if halting else None
+    longest = verdicts[0].longest
     fitted = _growth(spec, bounds, longest) if halting and growth else None
     return CheckReport(
         spec=spec,
@@ -113,9 +113,7 @@ def check_machine(
 
 def longest_at(spec: MachineSpec, bounds: Bounds) -> tuple[int, int] | None:
     """The longest run under `bounds`, or None when some run does not halt."""
-    e = explore(spec, bounds)
-    verdict = check_all(e)[0]
-    return longest_run(e) if verdict.proven else None
+    return halts(explore(spec, bounds)).longest
 
 
 def _fit(points: Mapping[tuple[int, int], int]) -> tuple[int, int, int]:

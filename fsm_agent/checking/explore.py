@@ -6,9 +6,10 @@ first, so the path kept to each configuration is a shortest one.
 
 from __future__ import annotations
 
+import gc
 from collections import deque
 from collections.abc import Iterator, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -30,6 +31,9 @@ class Halt(NamedTuple):
 
 
 Node = Config | Halt
+#: One way a decision can go: (the edge chosen or None, the guard log, later edges that
+#: could also have passed).
+Decided = tuple[TransitionSpec | None, tuple[Logged, ...], tuple[int, ...]]
 
 
 class Step(NamedTuple):
@@ -85,14 +89,24 @@ class _Decider:
                 self.table.setdefault((t.source, t.trigger), ())
                 self.table[(t.source, t.trigger)] += (t,)
         self.budget_edge = {t.source: t for t in spec.transitions if t.implicit}
+        #: (state, trigger) -> the built-in guards its candidates read: a decision depends
+        #: only on their values (the free guards branch the same way for the same values)
+        self.reads = {
+            key: tuple(sorted({n for t in edges for _, n in map(base, t.guards) if not is_free(n)}))
+            for key, edges in self.table.items()
+        }
+        self._decided: dict[tuple[Any, ...], tuple[Decided, ...]] = {}
 
-    def decide(
-        self, c: Config, trigger: str
-    ) -> Iterator[tuple[TransitionSpec | None, tuple[Logged, ...], tuple[int, ...]]]:
+    def decide(self, c: Config, trigger: str) -> tuple[Decided, ...]:
         """Every (chosen edge or None, guard log, overlapping later edges) over the free
-        guards' values."""
-        edges = self.table.get((c.state, trigger), ())
-        yield from self._try(c, edges, 0, {}, ())
+        guards' values (cached by the values of the guards the candidates read)."""
+        key = (c.state, trigger, *(guard_value(n, c, self.bounds) for n in
+                                   self.reads.get((c.state, trigger), ())))  # fmt: skip
+        found = self._decided.get(key)
+        if found is None:
+            edges = self.table.get((c.state, trigger), ())
+            found = self._decided[key] = tuple(self._try(c, edges, 0, {}, ()))
+        return found
 
     def _try(
         self,
@@ -101,7 +115,7 @@ class _Decider:
         at: int,
         free: dict[str, bool],
         log: tuple[Logged, ...],
-    ) -> Iterator[tuple[TransitionSpec | None, tuple[Logged, ...], tuple[int, ...]]]:
+    ) -> Iterator[Decided]:
         if at == len(edges):
             yield None, log, ()
             return
@@ -197,6 +211,25 @@ def explore(spec: MachineSpec, bounds: Bounds) -> Exploration:
     depth: dict[Node, int] = dict.fromkeys(starts, 0)
     steps: dict[Config, tuple[Step, ...]] = {}
     queue = deque(starts)
+    collecting = gc.isenabled()
+    gc.disable()  # millions of small tuples, none of them cyclic: the collector only slows it
+    try:
+        _walk(queue, steps, parent, depth, spec, live, decider)
+    finally:
+        if collecting:
+            gc.enable()
+    return Exploration(spec, bounds, starts, steps, parent, depth)
+
+
+def _walk(
+    queue: deque[Config],
+    steps: dict[Config, tuple[Step, ...]],
+    parent: dict[Node, Step | None],
+    depth: dict[Node, int],
+    spec: MachineSpec,
+    live: Liveness,
+    decider: _Decider,
+) -> None:
     while queue:
         c = queue.popleft()
         out = tuple(_successors(c, spec, live, decider))
@@ -207,4 +240,3 @@ def explore(spec: MachineSpec, bounds: Bounds) -> Exploration:
                 depth[step.dest] = depth[c] + 1
                 if isinstance(step.dest, Config):
                     queue.append(step.dest)
-    return Exploration(spec, bounds, starts, steps, parent, depth)

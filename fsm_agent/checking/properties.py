@@ -65,6 +65,8 @@ class Verdict:
     details: tuple[str, ...] = ()
     #: the declaration's key path it points at, when not the path's last transition
     key: str | None = None
+    #: for `halts` proven: (most transitions, most model calls) of any run
+    longest: tuple[int, int] | None = None
 
 
 def _passed(log: Iterable[tuple[int, str, bool]], names: frozenset[str]) -> bool:
@@ -83,8 +85,8 @@ def halts(e: Exploration) -> Verdict:
         return Verdict(
             "halts",
             False,
-            "a run can loop forever without spending a counted meter: the"
-            f" {_plural(len(loop), 'transition')} from {loop[0].source.state!r} repeat",
+            "a run can loop forever without spending a counted meter: a loop of"
+            f" {_plural(len(loop), 'transition')} from {loop[0].source.state!r} repeats",
             tuple(lead + loop),
             loop_from=len(lead),
         )
@@ -93,6 +95,7 @@ def halts(e: Exploration) -> Verdict:
         "halts",
         True,
         f"every run halts; the longest takes {longest} transitions and {calls} model calls",
+        longest=(longest, calls),
     )
 
 
