@@ -297,3 +297,22 @@ def test_dropping_dead_facts_changes_no_verdict(
 
     monkeypatch.setattr(Liveness, "entering", keep_all)
     assert summary() == expected
+
+
+def test_a_path_a_user_guard_decides_is_written_with_where_the_real_run_left_it(
+    tmp_path: Path,
+) -> None:
+    """A user guard is a free boolean to the checker; the real run asks the guard itself,
+    and the report says where that run left the path (the run file shows what happened)."""
+    machine = str(FIXTURES / "user_guard.yaml")
+    code, out = invoke("check", machine, "-o", str(tmp_path))
+    assert code == 1
+    assert "drafting --answer[side_effects_receipted, check_guards:approves]--> done" in out
+    assert "(the run leaves the path: step 1: the path goes drafting --answer--> done," in out
+    (path,) = tmp_path.glob("*.json")
+    run_file = read_run_file(path)
+    assert replay_events(run_file.run, run_file.events).ok
+    code, out = invoke("check", machine, "--json", "-o", str(tmp_path / "j"))
+    receipts = next(p for p in json.loads(out)["properties"] if p["name"] == "receipts")
+    assert receipts["run_file"] == str(tmp_path / "j" / "fixture_user_guard-receipts.json")
+    assert receipts["diverged"].startswith("step 1:")

@@ -67,13 +67,22 @@ def check(
         caps = {"max_steps": report.bounds.max_steps, "max_retries": report.bounds.max_retries}
         for v in report.verdicts:
             if not v.proven and v.path:
-                written = write_counterexample(report.spec, v, caps, Path(output))
+                try:
+                    written = write_counterexample(report.spec, v, caps, Path(output))
+                except Exception as exc:  # the verdict stands; only its run file is missing
+                    notes[v.name] = f"no run file: {type(exc).__name__}: {exc}"
+                    continue
                 files[v.name] = written.path
                 if written.diverged is not None:
                     notes[v.name] = written.diverged
     text_files = {
-        name: f"{path}" + (f" (the run leaves the path: {notes[name]})" if name in notes else "")
-        for name, path in files.items()
+        name: f"{files.get(name, '(none)')}"
+        + (
+            f" ({'the run leaves the path: ' if name in files else ''}{notes[name]})"
+            if name in notes
+            else ""
+        )
+        for name in {*files, *notes}
     }
     if as_json:
         data = report_data(report, files, notes)
