@@ -316,3 +316,13 @@ def test_a_path_a_user_guard_decides_is_written_with_where_the_real_run_left_it(
     receipts = next(p for p in json.loads(out)["properties"] if p["name"] == "receipts")
     assert receipts["run_file"] == str(tmp_path / "j" / "fixture_user_guard-receipts.json")
     assert receipts["diverged"].startswith("step 1:")
+
+
+def test_every_builtin_guard_has_a_meaning_or_is_free() -> None:
+    from fsm_agent.checking.model import FREE_BUILTINS, Bounds, Config, guard_value
+    from fsm_agent.runtime.guards import BUILTIN_GUARDS
+
+    c = Config("drafting", 0, 0, True)
+    for name in set(BUILTIN_GUARDS) - FREE_BUILTINS:
+        assert guard_value(name, c, Bounds(1, 1)) in (True, False), name
+    assert FREE_BUILTINS <= set(BUILTIN_GUARDS)

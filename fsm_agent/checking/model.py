@@ -25,8 +25,8 @@ import attrs
 
 from fsm_agent.declaration.spec import ACTION_OUTCOMES, MachineSpec
 
-#: Built-in guards whose value a run's configuration decides; any other guard name that is
-#: not a user guard (`package.module:function`) is free too.
+#: Built-in guards the configuration does not decide (the judge's vote); every other
+#: built-in is decided by `guard_value`, and user guards (`package.module:function`) are free.
 FREE_BUILTINS = frozenset({"judge_agrees"})
 #: Guards that read the last proposal, and those that read the last tool outcome.
 _PROPOSAL_GUARDS = frozenset(
@@ -236,7 +236,7 @@ def _both(wanted: bool) -> tuple[bool, ...]:
 def model_outcomes(c: Config, live: Liveness, bounds: Bounds) -> Iterator[tuple[str, Config]]:
     """Every (trigger, configuration) a model call can lead to: one more step."""
     c = c._replace(steps=c.steps + 1)
-    allowed = _both(live.reads_any("tool_allowed"))
+    allowed = (False, True) if live.reads_any("tool_allowed") else (True,)
     privileged = _both(bounds.privileged_possible)
     thrash = _both(live.reads_any("thrashing"))
     for a in allowed:
@@ -244,9 +244,7 @@ def model_outcomes(c: Config, live: Liveness, bounds: Bounds) -> Iterator[tuple[
             for t in thrash:
                 yield (
                     "tool_call",
-                    c._replace(
-                        kind="tool_call", allowed=a or not allowed[-1], privileged=p, thrash=t
-                    ),
+                    c._replace(kind="tool_call", allowed=a, privileged=p, thrash=t),
                 )
     grounded = _both(c.evidence and live.reads_any("answer_grounded"))
     for g in grounded:
