@@ -326,3 +326,15 @@ def test_every_builtin_guard_has_a_meaning_or_is_free() -> None:
     for name in set(BUILTIN_GUARDS) - FREE_BUILTINS:
         assert guard_value(name, c, Bounds(1, 1)) in (True, False), name
     assert set(BUILTIN_GUARDS) >= FREE_BUILTINS
+
+
+def test_a_retry_no_retry_meter_decides_is_a_privileged_counterexample() -> None:
+    """The retry budget is a control key: a retry decided by a user guard alone (the retry
+    meter never asked) is refuted, with the one-step path that takes it."""
+    report = check_paths(str(FIXTURES / "retry.yaml"), growth=False)
+    assert [v.name for v in report.verdicts if not v.proven] == ["privileged"]
+    verdict = report.verdicts[3]
+    assert "without the local retry meter: transition 10" in verdict.summary
+    assert [step_line(s).split("    (")[0] for s in verdict.path] == [
+        "drafting --rejected[check_guards:approves]--> drafting (retry)"
+    ]
