@@ -4,8 +4,10 @@ exit codes; lint's CK findings; and the checker's gap verdict against concrete r
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -338,3 +340,92 @@ def test_a_retry_no_retry_meter_decides_is_a_privileged_counterexample() -> None
     assert [step_line(s).split("    (")[0] for s in verdict.path] == [
         "drafting --rejected[check_guards:approves]--> drafting (retry)"
     ]
+
+
+# --- every concrete run is one of the abstract runs ----------------------------------------
+
+CANONICAL = (ROOT / "machines" / "agent_loop.yaml").read_text(encoding="utf-8")
+#: model replies: an allow-listed call, an unlisted one, the privileged tool, a grounded
+#: answer, an ungrounded one, a handoff, prose, nothing
+MODEL_REPLIES = [
+    {"tool_call": {"name": "work", "args": {"n": 1}}},
+    {"tool_call": {"name": "unlisted", "args": {}}},
+    {"tool_call": {"name": "admin", "args": {}}},
+    {"answer": "V-4242"},
+    {"answer": "the answer is 918273645"},
+    {"handoff": {"why": "w"}},
+    "prose",
+    None,
+]
+#: tool results: complete receipts with and without the final value, a 206 with an empty
+#: id, a retryable and a fatal error
+TOOL_RESULTS = ["final", "complete", "partial", "retryable", "fatal"]
+
+
+def _mutant(dropped: set[int]) -> str:
+    lines = CANONICAL.splitlines(keepends=True)
+    edges = [i for i, line in enumerate(lines) if line.startswith("  - {trigger:")]
+    return "".join(line for i, line in enumerate(lines) if i not in {edges[j] for j in dropped})
+
+
+def _tools(results: list[str]) -> Any:
+    from fsm_agent.runtime.receipts import Receipt
+    from fsm_agent.runtime.tools import Tool, ToolError, ToolRegistry, ToolResult
+
+    queue = list(results)
+
+    def work(n: int = 0) -> Any:
+        kind = queue.pop(0) if queue else "partial"
+        if kind in ("retryable", "fatal"):
+            raise ToolError(kind, retryable=kind == "retryable")
+        receipt = Receipt(200, "r-1") if kind != "partial" else Receipt(206, "")
+        final = "V-4242" if kind == "final" else None
+        return ToolResult(receipts=(receipt,), observation={"value": "V-4242"}, final=final)
+
+    return ToolRegistry((Tool("work", work), Tool("admin", work, privileged=True)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    dropped=st.sets(st.integers(0, 19), max_size=3),
+    replies=st.lists(st.integers(0, len(MODEL_REPLIES) - 1), min_size=1, max_size=9),
+    results=st.lists(st.sampled_from(TOOL_RESULTS), max_size=6),
+)
+def test_every_concrete_run_is_an_abstract_run(
+    dropped: set[int], replies: list[int], results: list[str]
+) -> None:
+    """Mutants of the canonical machine (up to three edges dropped) run on scripted replies
+    and tool results: each journaled transition (source, trigger, dest, halt) is a step the
+    explorer has from a configuration the run could be in, so whatever the checker proves
+    of every abstract run holds of this one."""
+    from fsm_agent import ScriptedModel, run
+    from fsm_agent.checking.explore import Halt, explore
+    from fsm_agent.checking.model import Bounds
+    from fsm_agent.errors import MachineSpecError
+    from fsm_agent.stores.sqlite import SqliteStore
+
+    try:
+        spec = parse_machine(_mutant(dropped), source="mutant.yaml")
+    except MachineSpecError:  # a state left unreachable or without a way out
+        return
+    e = explore(spec, Bounds(spec.budgets["max_steps"], spec.budgets["max_retries"]))
+    store = SqliteStore(":memory:")
+    try:
+        record = run(spec, task="t", model=ScriptedModel([MODEL_REPLIES[i] for i in replies]),
+                     tools=_tools(results), store=store, handle_signals=False,
+                     clock=(i / 1000 for i in itertools.count()).__next__)  # fmt: skip
+        events = [x for x in store.events(record.run_id) if x.kind == "transition"]
+    finally:
+        store.close()
+    frontier = set(e.starts)
+    for x in events:
+        moved = set()
+        for c in frontier:
+            for s in e.steps[c]:
+                if (s.source.state, s.trigger, s.dest.state) != (x.source, x.trigger, x.dest):
+                    continue
+                if isinstance(s.dest, Halt) and x.halt is not None and s.dest.reason != x.halt:
+                    continue
+                moved.add(s.dest)
+        assert moved, f"{x.source} --{x.trigger}--> {x.dest} ({x.halt}) is no abstract step"
+        frontier = {n for n in moved if not isinstance(n, Halt)} or moved
