@@ -429,3 +429,16 @@ def test_every_concrete_run_is_an_abstract_run(
                 moved.add(s.dest)
         assert moved, f"{x.source} --{x.trigger}--> {x.dest} ({x.halt}) is no abstract step"
         frontier = {n for n in moved if not isinstance(n, Halt)} or moved
+
+
+def test_a_machine_too_large_to_explore_is_refused_not_hung(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code, out = invoke("check", "agent_loop", "--max-configurations", "100")
+    assert code == 2
+    assert "more than 100 configurations under these budgets" in out
+    from fsm_agent.declaration import lint as lint_module
+
+    monkeypatch.setattr(lint_module, "LINT_CHECK_LIMIT", 100)
+    findings = lint_paths("agent_loop", str(default_policy_path()), check=True)
+    assert [(f.code, f.key) for f in findings] == [("CK000", "$.budgets")]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from fsm_agent.checking.explore import Exploration, explore
+from fsm_agent.checking.explore import DEFAULT_LIMIT, Exploration, explore
 from fsm_agent.checking.model import Bounds
 from fsm_agent.checking.properties import Verdict, check_all, halts
 from fsm_agent.declaration.spec import MachineSpec
@@ -86,14 +86,15 @@ def check_machine(
     privileged_possible: bool = True,
     policy_problems: tuple[str, ...] = (),
     growth: bool = True,
+    limit: int = DEFAULT_LIMIT,
 ) -> CheckReport:
     """Prove or refute the five properties (`fsm_agent.checking.properties`) of `spec` under
     its budgets (with `budgets` overrides). `privileged_possible=False`: no allow-listed tool
     is privileged (known from a tool registry). `growth`: also fit the longest run's formula
-    over small budgets."""
+    over small budgets. Raises `TooLarge` past `limit` configurations."""
     began = time.perf_counter()
     bounds = bounds_of(spec, budgets, privileged_possible=privileged_possible)
-    e = explore(spec, bounds)
+    e = explore(spec, bounds, limit)
     verdicts = check_all(e, policy_problems)
     halting = verdicts[0].proven
     longest = verdicts[0].longest
@@ -149,6 +150,7 @@ def check_paths(
     tools: ToolRegistry | None = None,
     budgets: Mapping[str, int | float | None] | None = None,
     growth: bool = True,
+    limit: int = DEFAULT_LIMIT,
 ) -> CheckReport:
     """`check_machine` for a machine name or path, under a policy file (default: the one
     the machine declares, else the shipped one) and optionally the tool registry (which
@@ -164,5 +166,10 @@ def check_paths(
         allowed = set(tools.names() if spec.tools is None else spec.tools)
         possible = any(t.privileged and t.name in allowed for t in tools)
     return check_machine(
-        spec, budgets=budgets, privileged_possible=possible, policy_problems=problems, growth=growth
+        spec,
+        budgets=budgets,
+        privileged_possible=possible,
+        policy_problems=problems,
+        growth=growth,
+        limit=limit,
     )

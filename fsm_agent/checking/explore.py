@@ -15,7 +15,26 @@ import attrs
 
 from fsm_agent.checking.model import Bounds, Config, Liveness, base, guard_value, is_free, outcomes
 from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec, TransitionSpec
+from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import BUDGET_EXHAUSTED, HANDOFF, HaltReason
+
+#: The most configurations `explore` visits before it gives up (about 8 s and 300 MB here).
+DEFAULT_LIMIT = 100_000
+
+
+class TooLarge(InvalidInputError):
+    """The declaration has more reachable configurations under these budgets than the
+    exploration may visit; check it under smaller budgets (the longest-run formula says how
+    the runs grow)."""
+
+    def __init__(self, source: str, limit: int) -> None:
+        self.source, self.limit = source, limit
+        super().__init__(
+            f"{source}: more than {limit:,} configurations under these budgets; check with a"
+            " smaller --max-steps or --max-retries (the longest-run formula tells how runs"
+            " grow), or allow more with --max-configurations"
+        )
+
 
 #: One guard evaluated in a decision: (transition index, reference, its result).
 Logged = tuple[int, str, bool]
@@ -201,8 +220,9 @@ def _dest(
     return live.entering(after._replace(retries=retries), dest.name)
 
 
-def explore(spec: MachineSpec, bounds: Bounds) -> Exploration:
-    """Every configuration reachable from `spec`'s start under `bounds`."""
+def explore(spec: MachineSpec, bounds: Bounds, limit: int = DEFAULT_LIMIT) -> Exploration:
+    """Every configuration reachable from `spec`'s start under `bounds`; raises `TooLarge`
+    past `limit` configurations."""
     live = Liveness(spec)
     decider = _Decider(spec, bounds)
     lanes = (True, False) if live.reads_any("privileged_cleared", "halt_lane_local") else (True,)
@@ -214,7 +234,7 @@ def explore(spec: MachineSpec, bounds: Bounds) -> Exploration:
     collecting = gc.isenabled()
     gc.disable()  # millions of small tuples, none of them cyclic: the collector only slows it
     try:
-        _walk(queue, steps, parent, depth, spec, live, decider)
+        _walk(queue, steps, parent, depth, spec, live, decider, limit)
     finally:
         if collecting:
             gc.enable()
@@ -229,8 +249,11 @@ def _walk(
     spec: MachineSpec,
     live: Liveness,
     decider: _Decider,
+    limit: int,
 ) -> None:
     while queue:
+        if len(steps) >= limit:
+            raise TooLarge(spec.source, limit)
         c = queue.popleft()
         out = tuple(_successors(c, spec, live, decider))
         steps[c] = out

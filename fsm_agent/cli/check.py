@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from fsm_agent.checking.explore import DEFAULT_LIMIT
 from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import OutputPath, cli_errors, here, json_option
 
@@ -34,6 +35,14 @@ from fsm_agent.cli.options import OutputPath, cli_errors, here, json_option
 @click.option(
     "--max-retries", "max_retries", type=int, help="Check under this retry budget instead."
 )
+@click.option(
+    "--max-configurations",
+    "limit",
+    type=click.IntRange(min=1),
+    default=DEFAULT_LIMIT,
+    show_default=True,
+    help="Give up (exit 2) past this many configurations.",
+)
 @json_option
 @cli_errors
 def check(
@@ -43,6 +52,7 @@ def check(
     output: str | None,
     max_steps: int | None,
     max_retries: int | None,
+    limit: int,
     as_json: bool,
 ) -> None:
     """Explore every reachable configuration of MACHINE (a declared name or a .yaml path)
@@ -58,7 +68,7 @@ def check(
 
     tools = load_tools(tools_module, here()) if tools_module else None
     budgets: dict[str, int | float | None] = {"max_steps": max_steps, "max_retries": max_retries}
-    report = check_paths(machine, policy_path, tools=tools, budgets=budgets)
+    report = check_paths(machine, policy_path, tools=tools, budgets=budgets, limit=limit)
     files: dict[str, Path] = {}
     notes: dict[str, str] = {}
     if output is not None:

@@ -143,8 +143,11 @@ CHECK_RULES: Final[Mapping[str, str]] = MappingProxyType(
         "CK003": "check: done only from receipts and a grounding check",
         "CK004": "check: privileged tools only after the local halt check; local retries",
         "CK005": "check: nothing declared is dead",
+        "CK000": "check: the machine could not be explored in full under its budgets",
     }
 )
+#: The most configurations lint's check explores (a few seconds) before it reports CK000.
+LINT_CHECK_LIMIT: Final = 50_000
 #: Which rule owns a policy value that is not allowed (any other policy problem is HP002).
 _POLICY_CODES: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -179,10 +182,17 @@ def _finding(code: str, message: str, source: str, line: int | None, key: str) -
 def _checked(ctx: _Context) -> Iterator[Finding]:
     """`fsm-agent check`'s refuted properties, as CK findings."""
     from fsm_agent.checking.checker import check_machine
+    from fsm_agent.checking.explore import TooLarge
     from fsm_agent.checking.report import refutations
 
     possible = ctx.tools is None or bool(ctx.privileged())
-    report = check_machine(ctx.spec, privileged_possible=possible, growth=False)
+    try:
+        report = check_machine(ctx.spec, privileged_possible=possible, growth=False,
+                               limit=LINT_CHECK_LIMIT)  # fmt: skip
+    except TooLarge as exc:
+        yield _finding("CK000", str(exc), ctx.spec.source, ctx.lines.lines.get("$.budgets"),
+                       "$.budgets")  # fmt: skip
+        return
     for code, message, key, line in refutations(report):
         yield _finding(code, message, ctx.spec.source, line, key)
 
