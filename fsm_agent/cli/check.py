@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from fsm_agent.checking.explore import DEFAULT_LIMIT
 from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import OutputPath, cli_errors, here, json_option
+
+if TYPE_CHECKING:
+    from fsm_agent.checking.checker import CheckReport
 
 
 @cli.command("check")
@@ -69,35 +73,45 @@ def check(
     tools = load_tools(tools_module, here()) if tools_module else None
     budgets: dict[str, int | float | None] = {"max_steps": max_steps, "max_retries": max_retries}
     report = check_paths(machine, policy_path, tools=tools, budgets=budgets, limit=limit)
-    files: dict[str, Path] = {}
-    notes: dict[str, str] = {}
-    if output is not None:
-        from fsm_agent.checking.counterexample import write_counterexample
-
-        caps = {"max_steps": report.bounds.max_steps, "max_retries": report.bounds.max_retries}
-        for v in report.verdicts:
-            if not v.proven and v.path:
-                try:
-                    written = write_counterexample(report.spec, v, caps, Path(output))
-                except Exception as exc:  # the verdict stands; only its run file is missing
-                    notes[v.name] = f"no run file: {type(exc).__name__}: {exc}"
-                    continue
-                files[v.name] = written.path
-                if written.diverged is not None:
-                    notes[v.name] = written.diverged
-    text_files = {
-        name: f"{files.get(name, '(none)')}"
-        + (
-            f" ({'the run leaves the path: ' if name in files else ''}{notes[name]})"
-            if name in notes
-            else ""
-        )
-        for name in {*files, *notes}
-    }
+    files, notes = ({}, {}) if output is None else _counterexamples(report, Path(output))
     if as_json:
         data = report_data(report, files, notes)
         click.echo(format_json([data]), nl=False)
     else:
-        click.echo(format_text(report, text_files), nl=False)
+        click.echo(format_text(report, _shown(files, notes)), nl=False)
     if not report.proven:
         sys.exit(1)
+
+
+def _counterexamples(report: CheckReport, output: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """Each refuted property's run file, and where its run left the path (or why no run
+    file could be made: the verdict stands either way)."""
+    from fsm_agent.checking.counterexample import write_counterexample
+
+    files: dict[str, Path] = {}
+    notes: dict[str, str] = {}
+    caps = {"max_steps": report.bounds.max_steps, "max_retries": report.bounds.max_retries}
+    for v in report.verdicts:
+        if v.proven or not v.path:
+            continue
+        try:
+            written = write_counterexample(report.spec, v, caps, output)
+        except Exception as exc:
+            notes[v.name] = f"no run file: {type(exc).__name__}: {exc}"
+            continue
+        files[v.name] = written.path
+        if written.diverged is not None:
+            notes[v.name] = written.diverged
+    return files, notes
+
+
+def _shown(files: dict[str, Path], notes: dict[str, str]) -> dict[str, str]:
+    """What the text report says after `run file:` for each property."""
+    shown = {}
+    for name in {*files, *notes}:
+        note = notes.get(name)
+        if name not in files:
+            shown[name] = f"(none) ({note})"
+        else:
+            shown[name] = f"{files[name]}" + (f" (the run leaves the path: {note})" if note else "")
+    return shown
