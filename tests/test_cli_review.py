@@ -31,6 +31,10 @@ def test_lint_clean_and_failing_declarations() -> None:
     result = CliRunner().invoke(
         cli, ["lint", str(FIXTURES / "HP001-fail.yaml"), "--format", "json"]
     )
+    assert [f["code"] for f in json.loads(result.stdout)] == ["CK002", "CK003", "HP001", "CK005"]
+    result = CliRunner().invoke(
+        cli, ["lint", str(FIXTURES / "HP001-fail.yaml"), "--json", "--no-check"]
+    )
     assert [f["code"] for f in json.loads(result.stdout)] == ["HP001"]
 
 

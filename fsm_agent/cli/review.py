@@ -275,6 +275,13 @@ def report_(source: str, output: str, db: str, as_json: bool) -> None:
     " machines/halt-policy.yml).",
 )
 @click.option("--tools", "tools_module", help="Also check the lanes of this tools module.")
+@click.option(
+    "--check/--no-check",
+    "check",
+    default=True,
+    show_default=True,
+    help="Also report `fsm-agent check`'s refuted properties (CK001-CK005).",
+)
 @json_option
 @click.option(
     "--format",
@@ -286,11 +293,17 @@ def report_(source: str, output: str, db: str, as_json: bool) -> None:
 )
 @cli_errors
 def lint(
-    machine: str, policy_path: str | None, tools_module: str | None, as_json: bool, fmt: str
+    machine: str,
+    policy_path: str | None,
+    tools_module: str | None,
+    check: bool,
+    as_json: bool,
+    fmt: str,
 ) -> None:
     """Check a declaration and a halt policy for the red flags and exit criteria of the
-    halt-path review before deploy; print findings like a linter (`file:line: CODE …`), or
-    with --json a JSON array of them; exit 1 on any finding."""
+    halt-path review before deploy, and (unless --no-check) prove it with `fsm-agent
+    check`; print findings like a linter (`file:line: CODE …`), or with --json a JSON array
+    of them; exit 1 on any finding."""
     fmt = "json" if as_json else fmt
     from fsm_agent.declaration.lint import format_findings, lint_paths
     from fsm_agent.declaration.policy import default_policy_path
@@ -298,7 +311,7 @@ def lint(
 
     tools = load_tools(tools_module, here()) if tools_module else None
     policy = policy_path or load_machine(machine).policy_path() or default_policy_path()
-    findings = lint_paths(machine, policy, tools=tools)
+    findings = lint_paths(machine, policy, tools=tools, check=check)
     click.echo(format_findings(findings, "json" if fmt == "json" else "text"), nl=False)
     if fmt == "text" and not findings:
         click.echo(f"ok: {machine}: no findings")

@@ -135,6 +135,19 @@ _STATIC: Final = (
     "HP001", "HP002", "HP003", "HP004", "HP005", "HP006", "HP009", "HP010", "HX005", "HX006",
 )  # fmt: skip
 RULES: Final[Mapping[str, str]] = MappingProxyType({code: CHECKLIST[code] for code in _STATIC})
+#: The codes of `fsm-agent check`'s five properties, reported by lint with `check=True`.
+CHECK_RULES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "CK001": "check: every run halts within its budgets",
+        "CK002": "check: no configuration without a passing transition",
+        "CK003": "check: done only from receipts and a grounding check",
+        "CK004": "check: privileged tools only after the local halt check; local retries",
+        "CK005": "check: nothing declared is dead",
+        "CK000": "check: the machine could not be explored in full under its budgets",
+    }
+)
+#: The most configurations lint's check explores (a few seconds) before it reports CK000.
+LINT_CHECK_LIMIT: Final = 50_000
 #: Which rule owns a policy value that is not allowed (any other policy problem is HP002).
 _POLICY_CODES: Final[Mapping[str, str]] = MappingProxyType(
     {
@@ -163,7 +176,25 @@ class Finding:
 
 
 def _finding(code: str, message: str, source: str, line: int | None, key: str) -> Finding:
-    return Finding(code, message, source, line, key, RULES[code])
+    return Finding(code, message, source, line, key, RULES.get(code) or CHECK_RULES[code])
+
+
+def _checked(ctx: _Context) -> Iterator[Finding]:
+    """`fsm-agent check`'s refuted properties, as CK findings."""
+    from fsm_agent.checking.checker import check_machine
+    from fsm_agent.checking.explore import TooLarge
+    from fsm_agent.checking.report import refutations
+
+    possible = ctx.tools is None or bool(ctx.privileged())
+    try:
+        report = check_machine(ctx.spec, privileged_possible=possible, growth=False,
+                               limit=LINT_CHECK_LIMIT)  # fmt: skip
+    except TooLarge as exc:
+        yield _finding("CK000", str(exc), ctx.spec.source, ctx.lines.lines.get("$.budgets"),
+                       "$.budgets")  # fmt: skip
+        return
+    for code, message, key, line in refutations(report):
+        yield _finding(code, message, ctx.spec.source, line, key)
 
 
 @attrs.frozen
@@ -362,19 +393,26 @@ def _lint(
     tools: ToolRegistry | None,
     *,
     policy_reported: bool,
+    check: bool = False,
 ) -> list[Finding]:
     from fsm_agent.declaration.yamlsource import LineIndex  # YAML only when linting
 
     ctx = _Context(spec, policy, tools, LineIndex(spec.text, spec.source), policy_reported)
-    return _sorted(f for check in _CHECKS for f in check(ctx))
+    checks = (*_CHECKS, _checked) if check else _CHECKS
+    return _sorted(f for c in checks for f in c(ctx))
 
 
 def lint(
-    spec: MachineSpec, policy: Policy | None, *, tools: ToolRegistry | None = None
+    spec: MachineSpec,
+    policy: Policy | None,
+    *,
+    tools: ToolRegistry | None = None,
+    check: bool = False,
 ) -> list[Finding]:
     """Every finding for a loaded declaration, a policy (None: none given) and optionally the
-    tool registry (its lanes and privileged flags). Empty means clean. Pure."""
-    return _lint(spec, policy, tools, policy_reported=False)
+    tool registry (its lanes and privileged flags). Empty means clean. Pure. With `check`,
+    also `fsm-agent check`'s refuted properties (CK001-CK005)."""
+    return _lint(spec, policy, tools, policy_reported=False, check=check)
 
 
 def policy_finding(exc: PolicyError) -> Finding:
@@ -388,17 +426,20 @@ def lint_paths(
     policy: str | os.PathLike[str] | None = None,
     *,
     tools: ToolRegistry | None = None,
+    check: bool = False,
 ) -> list[Finding]:
     """Lint a machine (name or path) and a policy file. A policy file that fails to load is a
-    finding (it fails closed at run time); an invalid machine raises `MachineSpecError`."""
+    finding (it fails closed at run time); an invalid machine raises `MachineSpecError`.
+    `check` as for `lint`."""
     spec = load_machine(machine)
     if policy is None:
-        return lint(spec, None, tools=tools)
+        return lint(spec, None, tools=tools, check=check)
     try:
         loaded = load_policy(policy)
     except PolicyError as exc:
-        return _sorted([policy_finding(exc), *_lint(spec, None, tools, policy_reported=True)])
-    return lint(spec, loaded, tools=tools)
+        rest = _lint(spec, None, tools, policy_reported=True, check=check)
+        return _sorted([policy_finding(exc), *rest])
+    return lint(spec, loaded, tools=tools, check=check)
 
 
 def format_findings(findings: Iterable[Finding], fmt: Literal["text", "json"] = "text") -> str:

@@ -1,0 +1,336 @@
+"""The abstract run `fsm-agent check` explores: a configuration, what each action can do to
+it, and what every built-in guard means on it.
+
+A configuration is the state plus what the guards can read, abstracted: the step and retry
+meters exactly (bounded by the budgets), the halt lane (local or not), the last proposal's
+facts (its kind; for a tool call: allow-listed, privileged, thrashing; for an answer:
+grounded; for a rejection: empty, repair vote refused), the last tool outcome's facts
+(returned, failed or timed out; receipts complete; a final value; retryable), whether a
+side-effecting call still lacks complete receipts (pending) and whether some call's complete
+receipts were collected (evidence). The wall clock and the money meter are not counted:
+either may trip after any action (a run may always end `wall_clock` or `cost_cap`), and no
+cycle may rely on them to end. User guards and the judge's vote are free booleans (one value
+per decision, the same for every edge of that decision).
+
+Facts no guard can read before an action overwrites them are dropped on entering a state
+(`Liveness`), so configurations that differ only in dead facts are one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
+
+import attrs
+
+from fsm_agent.declaration.spec import ACTION_OUTCOMES, MachineSpec
+
+#: Built-in guards the configuration does not decide (the judge's vote); every other
+#: built-in is decided by `guard_value`, and user guards (`package.module:function`) are free.
+FREE_BUILTINS = frozenset({"judge_agrees"})
+#: Guards that read the last proposal, and those that read the last tool outcome.
+_PROPOSAL_GUARDS = frozenset(
+    {
+        "tool_allowed",
+        "privileged_cleared",
+        "answer_grounded",
+        "thrashing",
+        "reply_empty",
+        "repair_refused",
+    }
+)
+_TOOL_GUARDS = frozenset({"receipts_complete", "goal_satisfied", "error_retryable"})
+#: User actions may always fail (raise) or time out, whatever the declaration says.
+USER_FAILURES = ("failed", "timed_out")
+
+
+class Config(NamedTuple):
+    """One abstract configuration of a run, on entering `state` (before its action)."""
+
+    state: str
+    steps: int
+    retries: int
+    lane_local: bool
+    kind: str | None = None  # tool_call, answer, handoff, rejected
+    allowed: bool = False
+    privileged: bool = False
+    thrash: bool = False
+    grounded: bool = False
+    empty: bool = False
+    refused: bool = False
+    tool: str | None = None  # returned, failed, timed_out
+    complete: bool = False
+    final: bool = False
+    retryable: bool = False
+    pending: bool = False
+    evidence: bool = False
+
+    def facts(self) -> str:
+        """The facts a reader needs, as `kind allowed privileged …` words."""
+        words = [] if self.lane_local else ["halt lane not local"]
+        if self.kind == "tool_call":
+            words.append(
+                "tool call"
+                + "".join(
+                    f", {w}"
+                    for w, on in (
+                        ("not allow-listed", not self.allowed),
+                        ("privileged", self.privileged),
+                        ("repeated", self.thrash),
+                    )
+                    if on
+                )
+            )
+        elif self.kind == "answer":
+            words.append("answer, " + ("grounded" if self.grounded else "not grounded"))
+        elif self.kind == "rejected":
+            words.append(
+                "rejected reply"
+                + (", empty" if self.empty else "")
+                + (", repair vote refused" if self.refused else "")
+            )
+        elif self.kind is not None:
+            words.append(self.kind)
+        if self.tool == "returned":
+            words.append(
+                "tool returned "
+                + ("complete receipts" if self.complete else "incomplete receipts")
+                + (", a final value" if self.final else "")
+            )
+        elif self.tool is not None:
+            words.append(
+                f"tool {self.tool.replace('_', ' ')}" + (", retryable" if self.retryable else "")
+            )
+        if self.pending:
+            words.append("a side effect lacks receipts")
+        if self.evidence:
+            words.append("receipts collected")
+        return "; ".join(words)
+
+
+def base(ref: str) -> tuple[bool, str]:
+    """(positive?, guard name) of a guard reference, `not` prefixes folded."""
+    ref, positive = ref.strip(), True
+    while ref.startswith("not "):
+        ref, positive = ref[4:].strip(), not positive
+    return positive, ref
+
+
+def is_free(name: str) -> bool:
+    """A guard whose value the configuration does not decide (a user guard, the judge)."""
+    return ":" in name or name in FREE_BUILTINS
+
+
+@attrs.frozen
+class Bounds:
+    """The budgets the meters are bounded by, and what the run may call."""
+
+    max_steps: int
+    max_retries: int
+    #: False when the tool registry says no allow-listed tool is privileged
+    privileged_possible: bool = True
+
+
+def guard_value(name: str, c: Config, bounds: Bounds) -> bool:
+    """What built-in guard `name` returns on `c` (a decision after an action: no meter has
+    tripped, or the run would have halted before deciding)."""
+    if name == "within_budget":
+        return True
+    if name == "budget_tripped":
+        return False
+    if name == "tool_allowed":
+        return c.kind == "tool_call" and c.allowed
+    if name == "privileged_cleared":
+        return c.kind == "tool_call" and (not c.privileged or c.lane_local)
+    if name == "halt_lane_local":
+        return c.lane_local
+    if name == "receipts_complete":
+        return c.tool == "returned" and c.complete
+    if name == "goal_satisfied":
+        return c.tool == "returned" and c.complete and c.final
+    if name == "evidence_complete":
+        return c.evidence
+    if name == "answer_grounded":
+        return c.kind == "answer" and c.grounded
+    if name == "side_effects_receipted":
+        return not c.pending
+    if name == "thrashing":
+        return c.kind == "tool_call" and c.thrash
+    if name == "retries_left":
+        return c.retries < bounds.max_retries
+    if name == "error_retryable":
+        return c.tool == "failed" and c.retryable
+    if name == "reply_empty":
+        return c.kind == "rejected" and c.empty
+    if name == "repair_refused":
+        return c.kind == "rejected" and c.refused
+    raise KeyError(name)
+
+
+class Liveness:
+    """Which guards the machine reads, and which fact groups are live on entering each
+    state (read by some guard before an action overwrites them)."""
+
+    def __init__(self, spec: MachineSpec) -> None:
+        self.spec = spec
+        self.reads = frozenset(base(g)[1] for t in spec.transitions for g in t.guards)
+        reads_at: dict[str, set[str]] = {s.name: set() for s in spec.states}
+        for t in spec.transitions:
+            reads_at[t.source].update(base(g)[1] for g in t.guards)
+        live: dict[str, set[str]] = {}
+        for s in spec.states:
+            groups = set()
+            if reads_at[s.name] & _PROPOSAL_GUARDS or s.action == "tool":
+                groups.add("proposal")  # a tool state's entry is checked for privilege
+            if reads_at[s.name] & _TOOL_GUARDS or s.action == "receipts":
+                groups.add("tool")
+            live[s.name] = groups
+        changed = True
+        while changed:  # live(S): what S reads, and what its dests read that S does not overwrite
+            changed = False
+            for t in spec.transitions:
+                at_dest = live[t.dest] - _overwritten(spec.state(t.dest).action)
+                carried = at_dest - _overwritten(spec.state(t.source).action)
+                if not carried <= live[t.source]:
+                    live[t.source] |= carried
+                    changed = True
+        self.live: Mapping[str, frozenset[str]] = {
+            name: frozenset(groups - _overwritten(spec.state(name).action))
+            for name, groups in live.items()
+        }
+
+    def reads_any(self, *names: str) -> bool:
+        return any(n in self.reads for n in names)
+
+    def entering(self, c: Config, state: str) -> Config:
+        """`c` as the run enters `state`, its dead facts reset."""
+        live = self.live[state]
+        c = c._replace(state=state)
+        if "proposal" not in live:
+            c = c._replace(
+                kind=None,
+                allowed=False,
+                privileged=False,
+                thrash=False,
+                grounded=False,
+                empty=False,
+                refused=False,
+            )
+        if "tool" not in live:
+            c = c._replace(tool=None, complete=False, final=False, retryable=False)
+        return c
+
+
+def _overwritten(action: str | None) -> frozenset[str]:
+    if action == "model":
+        return frozenset({"proposal"})
+    if action is None or action == "receipts":
+        return frozenset()
+    return frozenset({"tool"})  # a tool call or a user action
+
+
+def _both(wanted: bool) -> tuple[bool, ...]:
+    return (False, True) if wanted else (False,)
+
+
+def model_outcomes(c: Config, live: Liveness, bounds: Bounds) -> Iterator[tuple[str, Config]]:
+    """Every (trigger, configuration) a model call can lead to: one more step."""
+    c = c._replace(steps=c.steps + 1)
+    allowed = (False, True) if live.reads_any("tool_allowed") else (True,)
+    privileged = _both(bounds.privileged_possible)
+    thrash = _both(live.reads_any("thrashing"))
+    for a in allowed:
+        for p in privileged:
+            for t in thrash:
+                yield (
+                    "tool_call",
+                    c._replace(kind="tool_call", allowed=a, privileged=p, thrash=t),
+                )
+    grounded = _both(c.evidence and live.reads_any("answer_grounded"))
+    for g in grounded:
+        yield "answer", c._replace(kind="answer", grounded=g)
+    yield "handoff", c._replace(kind="handoff")
+    for e in _both(live.reads_any("reply_empty")):
+        for r in _both(live.reads_any("repair_refused")):
+            yield "rejected", c._replace(kind="rejected", empty=e, refused=r)
+
+
+def _settled(c: Config, complete: bool) -> tuple[bool, ...]:
+    """Pending after a side-effecting call: complete receipts settle the same call (another
+    may still be pending), anything less leaves one pending."""
+    if not complete:
+        return (True,)
+    return (False, True) if c.pending else (False,)
+
+
+def call_outcomes(
+    c: Config, live: Liveness, returned: tuple[str, ...], failures: tuple[str, str]
+) -> Iterator[tuple[str, Config]]:
+    """Every (trigger, configuration) a tool call or user action can lead to. `returned`:
+    the triggers of a call that returned; `failures`: those of a failure and a timeout."""
+    finals = _both(live.reads_any("goal_satisfied"))
+    for trigger in returned:
+        for complete in (False, True):
+            for final in finals:
+                for pending in sorted(
+                    {*_settled(c, complete), c.pending}
+                ):  # a read changes nothing
+                    yield (
+                        trigger,
+                        c._replace(
+                            tool="returned",
+                            complete=complete,
+                            final=final,
+                            retryable=False,
+                            pending=pending,
+                        ),
+                    )
+    failed, timed_out = failures
+    for retryable in _both(live.reads_any("error_retryable")):
+        for pending in sorted({True, c.pending}):
+            yield (
+                failed,
+                c._replace(
+                    tool="failed", complete=False, final=False, retryable=retryable, pending=pending
+                ),
+            )
+    for pending in sorted({True, c.pending}):
+        yield (
+            timed_out,
+            c._replace(
+                tool="timed_out", complete=False, final=False, retryable=False, pending=pending
+            ),
+        )
+
+
+def outcomes(c: Config, action: str, live: Liveness, bounds: Bounds) -> list[tuple[str, Config]]:
+    """Every (trigger, configuration) the action of `c`'s state can lead to."""
+    if action == "model":
+        return list(model_outcomes(c, live, bounds))
+    if action == "tool":
+        return list(call_outcomes(c, live, ("tool_returned",), ("tool_failed", "tool_timed_out")))
+    if action == "receipts":
+        collected = c.evidence or (c.tool == "returned" and c.complete)
+        return [
+            (
+                "collected",
+                c._replace(
+                    evidence=collected and live.reads_any("answer_grounded", "evidence_complete")
+                ),
+            )
+        ]
+    declared = tuple(
+        dict.fromkeys(
+            t.trigger
+            for t in live.spec.transitions
+            if t.source == c.state and not t.implicit and t.trigger not in USER_FAILURES
+        )
+    )
+    return list(call_outcomes(c, live, declared, ("failed", "timed_out")))
+
+
+def action_triggers(action: str | None) -> tuple[str, ...]:
+    """The triggers a built-in action produces (for a user action: its failures only)."""
+    if action is None:
+        return ()
+    return ACTION_OUTCOMES.get(action, USER_FAILURES)

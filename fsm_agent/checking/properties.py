@@ -1,0 +1,288 @@
+"""The five properties `fsm-agent check` proves over an exploration, each proven or refuted
+with a shortest counterexample path.
+
+- `halts`: no reachable cycle (every cycle of configurations spends no counted meter: the
+  step and retry meters only grow, so a repeated configuration is a loop only the wall
+  clock could end); the longest run in transitions and model calls.
+- `no-gap`: in every reachable configuration some edge's guards pass for every outcome
+  its action can produce (`no_transition` cannot happen).
+- `receipts`: every edge into `done` is taken with no side-effecting call lacking complete
+  receipts and with a grounding guard passing (`answer_grounded` or `goal_satisfied`).
+- `privileged`: a tool state is entered with a privileged tool proposed only by a decision
+  whose local halt check (`privileged_cleared` or `halt_lane_local`) passed; every retry edge
+  is taken only when the local retry meter (`retries_left`) allowed it; the policy's control
+  plane is local.
+- `dead`: every declared state, edge and halt reason is reachable; edges that could also
+  have fired where an earlier one was chosen are listed (information: declaration order
+  picks the first).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Iterable
+from typing import Final
+
+import attrs
+
+from fsm_agent.checking.explore import Exploration, Halt, Node, Step
+from fsm_agent.checking.model import Config, base
+from fsm_agent.declaration.spec import BUDGET_TRIGGER
+from fsm_agent.halt import DONE, HaltReason
+
+#: property name -> what it claims, for reports.
+CLAIMS: Final = {
+    "halts": "every run halts within its budgets (no cycle that spends no meter)",
+    "no-gap": "some transition's guards pass in every reachable configuration",
+    "receipts": "done only with every side effect receipted and a grounding check passed",
+    "privileged": "privileged tools only after the local halt check; retries and halts"
+    " decided by local code",
+    "dead": "every declared state, transition and halt reason is reachable",
+}
+#: property name -> the code `fsm-agent lint` reports it under.
+CODES: Final = {
+    "halts": "CK001",
+    "no-gap": "CK002",
+    "receipts": "CK003",
+    "privileged": "CK004",
+    "dead": "CK005",
+}
+GROUNDING: Final = frozenset({"answer_grounded", "goal_satisfied"})
+LOCAL_CHECKS: Final = frozenset({"privileged_cleared", "halt_lane_local"})
+
+
+@attrs.frozen
+class Verdict:
+    """One property: proven or not, why, and (refuted) the shortest bad path."""
+
+    name: str
+    proven: bool
+    summary: str
+    path: tuple[Step, ...] = ()
+    #: for `halts` refuted: where the path's cycle starts (the steps from there repeat)
+    loop_from: int | None = None
+    details: tuple[str, ...] = ()
+    #: the declaration's key path it points at, when not the path's last transition
+    key: str | None = None
+    #: for `halts` proven: (most transitions, most model calls) of any run
+    longest: tuple[int, int] | None = None
+
+
+def _passed(log: Iterable[tuple[int, str, bool]], names: frozenset[str]) -> bool:
+    """Some guard of `names` was evaluated with its own value True (a `not` refused)."""
+    for _, ref, result in log:
+        positive, name = base(ref)
+        if name in names and result == positive:
+            return True
+    return False
+
+
+def halts(e: Exploration) -> Verdict:
+    cycle = _find_cycle(e)
+    if cycle is not None:
+        lead, loop = cycle
+        return Verdict(
+            "halts",
+            False,
+            "a run can loop forever without spending a counted meter: a loop of"
+            f" {_plural(len(loop), 'transition')} from {loop[0].source.state!r} repeats",
+            tuple(lead + loop),
+            loop_from=len(lead),
+        )
+    longest, calls = longest_run(e)
+    return Verdict(
+        "halts",
+        True,
+        f"every run halts; the longest takes {longest} transitions and {calls} model calls",
+        longest=(longest, calls),
+    )
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _find_cycle(e: Exploration) -> tuple[list[Step], list[Step]] | None:
+    """A reachable cycle as (path to its first configuration, the cycle), or None."""
+    grey: dict[Config, int] = {}
+    black: set[Config] = set()
+    for start in e.starts:
+        if start in black:
+            continue
+        stack: list[tuple[Config, int]] = [(start, 0)]
+        trail: list[Step] = []
+        grey[start] = 0
+        while stack:
+            node, i = stack[-1]
+            out = e.steps[node]
+            if i == len(out):
+                stack.pop()
+                grey.pop(node)
+                black.add(node)
+                if trail:
+                    trail.pop()
+                continue
+            stack[-1] = (node, i + 1)
+            step = out[i]
+            dest = step.dest
+            if not isinstance(dest, Config) or dest in black:
+                continue
+            if dest in grey:
+                loop = [*trail[grey[dest] :], step]
+                return e.path_to(dest), loop
+            grey[dest] = len(trail) + 1
+            trail.append(step)
+            stack.append((dest, 0))
+    return None
+
+
+def longest_run(e: Exploration) -> tuple[int, int]:
+    """(most transitions, most model calls) of any run; the exploration has no cycle."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(e.steps) + 1000))
+    try:
+
+        @functools.cache
+        def longest(node: Node) -> int:
+            if isinstance(node, Halt):
+                return 0
+            return max((1 + longest(s.dest) for s in e.steps[node]), default=0)
+
+        most = max(longest(s) for s in e.starts)
+    finally:
+        sys.setrecursionlimit(limit)
+    calls = max((n.steps for n in e.parent if isinstance(n, Halt)), default=0)
+    return most, calls
+
+
+def gaps(e: Exploration) -> Verdict:
+    found = [s for s in e.all_steps() if s.transition is None and s.trigger != BUDGET_TRIGGER]
+    if not found:
+        return Verdict("no-gap", True, "some transition passes for every outcome of every action")
+    where = sorted({f"{s.source.state} on {s.trigger!r} ({s.after.facts()})" for s in found})
+    first = min(found, key=lambda s: e.depth[s.source])
+    return Verdict(
+        "no-gap",
+        False,
+        f"{len(where)} configurations where no transition passes (the run halts no_transition)",
+        (*e.path_to(first.source), first),
+        details=tuple(where[:20]) + ((f"… and {len(where) - 20} more",) if len(where) > 20 else ()),
+    )
+
+
+def receipts(e: Exploration) -> Verdict:
+    bad = [
+        s
+        for s in e.all_steps()
+        if isinstance(s.dest, Halt)
+        and s.dest.state == DONE
+        and (s.after.pending or not _passed(s.log, GROUNDING))
+    ]
+    if not bad:
+        return Verdict("receipts", True, "every way into done is receipted and grounded")
+    first = min(bad, key=lambda s: e.depth[s.source])
+    why = (
+        "a side-effecting call lacks complete receipts"
+        if first.after.pending
+        else "no grounding guard (answer_grounded, goal_satisfied) passed"
+    )
+    return Verdict(
+        "receipts", False, f"a run can end done while {why}", (*e.path_to(first.source), first)
+    )
+
+
+def privileged(e: Exploration, policy_problems: tuple[str, ...] = ()) -> Verdict:
+    tools = {s.name for s in e.spec.states if s.action == "tool"}
+    for s in _by_depth(e, e.all_steps()):
+        t = s.transition
+        if t is None or t.dest not in tools:
+            continue
+        if s.after.kind == "tool_call" and s.after.privileged and not _passed(s.log, LOCAL_CHECKS):
+            return Verdict(
+                "privileged",
+                False,
+                f"a privileged tool can run before the local halt check: transition {t.index}"
+                f" enters {t.dest!r} without privileged_cleared passing",
+                (*e.path_to(s.source), s),
+            )
+    for s in _by_depth(e, e.all_steps()):
+        t = s.transition
+        if t is not None and t.retry and not _passed(s.log, frozenset({"retries_left"})):
+            return Verdict(
+                "privileged",
+                False,
+                f"a retry is decided without the local retry meter: transition {t.index} retries"
+                " with no retries_left passing",
+                (*e.path_to(s.source), s),
+            )
+    if policy_problems:
+        return Verdict(
+            "privileged", False, "the policy's control plane is not local", details=policy_problems
+        )
+    return Verdict(
+        "privileged", True, "privileged tools only after the local halt check; retries counted"
+    )
+
+
+def _by_depth(e: Exploration, steps: Iterable[Step]) -> list[Step]:
+    return sorted(steps, key=lambda s: e.depth[s.source])
+
+
+def dead(e: Exploration) -> Verdict:
+    spec = e.spec
+    states = {c.state for c in e.steps} | {n.state for n in e.parent if isinstance(n, Halt)}
+    taken = {s.transition.index for s in e.all_steps() if s.transition is not None}
+    reasons: set[HaltReason] = {
+        s.transition.halt
+        for s in e.all_steps()
+        if s.transition is not None and s.transition.halt is not None
+    }
+    missing = [f"state {s.name!r}" for s in spec.states if s.name not in states]
+    missing += [
+        f"transition {t.index} {t.trigger!r} {t.source} → {t.dest}"
+        for t in spec.transitions
+        if not t.implicit and t.index not in taken
+    ]
+    declared = dict.fromkeys(t.halt for t in spec.transitions if t.halt is not None)
+    missing += [f"halt reason {r.value!r}" for r in declared if r not in reasons]
+    overlaps = _overlaps(e)
+    if missing:
+        first = next((t for t in spec.transitions if not t.implicit and t.index not in taken), None)
+        key = None if first is None else f"$.transitions[{first.index}]"
+        return Verdict(
+            "dead",
+            False,
+            f"{len(missing)} never reachable: {'; '.join(missing)}",
+            details=overlaps,
+            key=key,
+        )
+    return Verdict(
+        "dead", True, "every state, transition and halt reason is reachable", details=overlaps
+    )
+
+
+def _overlaps(e: Exploration) -> tuple[str, ...]:
+    """Per chosen edge, the later guarded edges that could also have fired (an edge with no
+    guards is a catch-all by design and is not listed)."""
+    pairs: dict[int, dict[int, int]] = {}
+    for s in e.all_steps():
+        if s.transition is not None:
+            for later in s.overlaps:
+                if e.spec.transitions[later].guards:
+                    counts = pairs.setdefault(s.transition.index, {})
+                    counts[later] = counts.get(later, 0) + 1
+    out = []
+    for first, counts in sorted(pairs.items()):
+        t = e.spec.transitions[first]
+        others = ", ".join(
+            f"{later} (→ {e.spec.transitions[later].dest}, {n} configurations)"
+            for later, n in sorted(counts.items())
+        )
+        out.append(f"{t.source} on {t.trigger!r}: order picks {first} (→ {t.dest}) over {others}")
+    return tuple(out)
+
+
+def check_all(e: Exploration, policy_problems: tuple[str, ...] = ()) -> tuple[Verdict, ...]:
+    """Every property's verdict, in the order of `CLAIMS`."""
+    return (halts(e), gaps(e), receipts(e), privileged(e, policy_problems), dead(e))

@@ -1,0 +1,117 @@
+"""`fsm-agent check`: prove a declaration's five properties before it runs, or show a
+counterexample (and write it as a run file). Registered by `fsm_agent.cli.main`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from fsm_agent.checking.explore import DEFAULT_LIMIT
+from fsm_agent.cli.group import cli
+from fsm_agent.cli.options import OutputPath, cli_errors, here, json_option
+
+if TYPE_CHECKING:
+    from fsm_agent.checking.checker import CheckReport
+
+
+@cli.command("check")
+@click.argument("machine")
+@click.option(
+    "--policy",
+    "policy_path",
+    type=click.Path(dir_okay=False),
+    help="Halt policy file (default: the one the machine declares, else the shipped"
+    " machines/halt-policy.yml).",
+)
+@click.option("--tools", "tools_module", help="Tools module: which tools are privileged.")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=OutputPath(directory=True),
+    help="Write each counterexample as a run file in this directory (replay --step,"
+    " diagram --run and report open it).",
+)
+@click.option("--max-steps", "max_steps", type=int, help="Check under this step budget instead.")
+@click.option(
+    "--max-retries", "max_retries", type=int, help="Check under this retry budget instead."
+)
+@click.option(
+    "--max-configurations",
+    "limit",
+    type=click.IntRange(min=1),
+    default=DEFAULT_LIMIT,
+    show_default=True,
+    help="Give up (exit 2) past this many configurations.",
+)
+@json_option
+@cli_errors
+def check(
+    machine: str,
+    policy_path: str | None,
+    tools_module: str | None,
+    output: str | None,
+    max_steps: int | None,
+    max_retries: int | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Explore every reachable configuration of MACHINE (a declared name or a .yaml path)
+    under its budgets and prove that every run halts within them, that no configuration
+    lacks a passing transition, that done needs receipts and a grounding check, that
+    privileged tools wait for the local halt check and retries for the retry meter, and
+    that nothing declared is dead; or print the shortest counterexample path (the wall
+    clock, money and tool time caps are not explored: any of them may end any run). Exit
+    code: 0 proven, 1 counterexample, 2 invalid input."""
+    from fsm_agent.checking.checker import check_paths
+    from fsm_agent.checking.report import format_json, format_text, report_data
+    from fsm_agent.runtime.tools import load_tools
+
+    tools = load_tools(tools_module, here()) if tools_module else None
+    budgets: dict[str, int | float | None] = {"max_steps": max_steps, "max_retries": max_retries}
+    report = check_paths(machine, policy_path, tools=tools, budgets=budgets, limit=limit)
+    files, notes = ({}, {}) if output is None else _counterexamples(report, Path(output))
+    if as_json:
+        data = report_data(report, files, notes)
+        click.echo(format_json([data]), nl=False)
+    else:
+        click.echo(format_text(report, _shown(files, notes)), nl=False)
+    if not report.proven:
+        sys.exit(1)
+
+
+def _counterexamples(report: CheckReport, output: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """Each refuted property's run file, and where its run left the path (or why no run
+    file could be made: the verdict stands either way)."""
+    from fsm_agent.checking.counterexample import write_counterexample
+
+    files: dict[str, Path] = {}
+    notes: dict[str, str] = {}
+    caps = {"max_steps": report.bounds.max_steps, "max_retries": report.bounds.max_retries}
+    for v in report.verdicts:
+        if v.proven or not v.path:
+            continue
+        try:
+            written = write_counterexample(report.spec, v, caps, output)
+        except Exception as exc:
+            notes[v.name] = f"no run file: {type(exc).__name__}: {exc}"
+            continue
+        files[v.name] = written.path
+        if written.diverged is not None:
+            notes[v.name] = written.diverged
+    return files, notes
+
+
+def _shown(files: dict[str, Path], notes: dict[str, str]) -> dict[str, str]:
+    """What the text report says after `run file:` for each property."""
+    shown = {}
+    for name in {*files, *notes}:
+        note = notes.get(name)
+        if name not in files:
+            shown[name] = f"(none) ({note})"
+        else:
+            shown[name] = f"{files[name]}" + (f" (the run leaves the path: {note})" if note else "")
+    return shown
