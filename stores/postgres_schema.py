@@ -147,6 +147,17 @@ MIGRATIONS: Final = (
                FOR EACH ROW EXECUTE FUNCTION fsm_agent_append_only()""",
         ),
     ),
+    Migration(
+        "m006_run_list_indexes",
+        (
+            # The run list's keyset pages (see fsm_agent.stores.sqlite_schema m008): each
+            # filter through an index on it then (started_at, run_id), newest first.
+            "DROP INDEX runs_machine",
+            "CREATE INDEX runs_machine ON runs (machine, started_at, run_id)",
+            "CREATE INDEX runs_halt_reason ON runs (halt_reason, started_at, run_id)",
+            "CREATE INDEX runs_status ON runs (status, started_at, run_id)",
+        ),
+    ),
 )
 
 _EVENT_COLUMNS = """run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt, retry,

@@ -296,6 +296,18 @@ def _m007(db: sqlite_utils.Database) -> None:
             BEGIN SELECT RAISE(ABORT, 'the journal is append-only'); END""")
 
 
+@_migration("m008_run_list_indexes")
+def _m008(db: sqlite_utils.Database) -> None:
+    """The run list's keyset pages (`fsm_agent.stores.run_lookup`), newest first on
+    (started_at, run_id), each filter through an index in that order: a page deep in a
+    journal of 100,000 runs reads its rows only, never those before it. The index on
+    `started_at` alone is replaced by the one that ends in `run_id`."""
+    db.execute("DROP INDEX IF EXISTS runs_started_at")
+    db.execute("CREATE INDEX runs_newest ON runs (started_at, run_id)")
+    for column in ("machine", "halt_reason", "status"):
+        db.execute(f"CREATE INDEX runs_{column} ON runs ({column}, started_at, run_id)")
+
+
 def select_job(run_id: str) -> tuple[str, tuple[Any, ...]]:
     """One run's job (through the primary key)."""
     return _SELECT_JOBS + " WHERE run_id = ?", (run_id,)
