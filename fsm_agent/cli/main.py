@@ -270,6 +270,7 @@ def main() -> None:
 
 
 # The listing, incident-review, operations and schema commands register themselves on `cli`.
+from fsm_agent.cli import console as cli_console  # noqa: E402, F401
 from fsm_agent.cli import ops as cli_ops  # noqa: E402, F401
 from fsm_agent.cli import queue as cli_queue  # noqa: E402, F401
 from fsm_agent.cli import review as cli_review  # noqa: E402, F401
