@@ -125,6 +125,13 @@ def live_panel(state: dict[str, Any]) -> str:
     The script keeps it up to date from the run's event stream while the run is live."""
     meters = "".join(_meter(m) for m in state["meters"])
     halt = state["halt_reason"] or "—"
+    log = (
+        ""
+        if state["ended"]
+        else '<h3>Transitions since this page was drawn</h3><ol id="live-log"></ol>'
+        f'<p class="muted">The report below is as of seq {state["seq"]}; it is drawn again'
+        " when the run ends.</p>"
+    )
     return (
         f'<section id="live" data-ended="{int(state["ended"])}"><h2>Now</h2>'
         f'<p class="live-line"><span id="live-status" class="status s-{esc(state["status"])}">'
@@ -132,7 +139,7 @@ def live_panel(state: dict[str, Any]) -> str:
         f' · <strong id="live-step">step {state["steps_used"]}/{state["max_steps"]}</strong>'
         f' · wall clock left <span id="live-left">{state["wall_clock_left_ms"] // 1000} s</span>'
         f' · halt <span id="live-halt">{esc(halt)}</span> · seq <span id="live-seq">'
-        f'{state["seq"]}</span></p><div id="meters">{meters}</div></section>'
+        f'{state["seq"]}</span></p><div id="meters">{meters}</div>{log}</section>'
     )
 
 

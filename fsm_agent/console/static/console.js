@@ -68,6 +68,14 @@
     set("live-state", state.state);
     set("live-step", "step " + state.steps_used + "/" + state.max_steps);
     set("live-halt", state.halt_reason || "—");
+    const log = document.getElementById("live-log");
+    if (log && state.seq !== lastSeq && lastSeq !== null) {
+      const t = state.last;
+      const text = "seq " + t.seq + " · " + (t.source || "start") + " → " + t.dest +
+        (t.trigger ? " [" + t.trigger + "]" : "") + (t.note ? " · " + t.note : "");
+      log.appendChild(el("li", text));
+    }
+    lastSeq = state.seq;
     set("live-seq", state.seq);
     left = state.wall_clock_left_ms;
     set("live-left", Math.floor(left / 1000) + " s");
@@ -84,6 +92,7 @@
   }
 
   let left = null;
+  let lastSeq = null;
   function tick() {
     const live = document.getElementById("live");
     if (!live || live.dataset.ended === "1" || left === null) return;
@@ -95,6 +104,7 @@
   function followLive(runId) {
     const live = document.getElementById("live");
     if (!live || live.dataset.ended === "1") return;
+    lastSeq = Number(document.getElementById("live-seq").textContent);
     const source = new EventSource("/api/runs/" + encodeURIComponent(runId) + "/live");
     source.addEventListener("state", (e) => showLive(JSON.parse(e.data)));
     source.addEventListener("ended", (e) => {
