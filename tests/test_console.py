@@ -204,3 +204,32 @@ def test_only_loopback_is_loopback() -> None:
     assert not any(is_loopback(h) for h in (anywhere, "192.168.1.4", "example.com", "::"))
     assert _hosts("127.0.0.1") == ("127.0.0.1", "localhost", "::1")
     assert _hosts(anywhere) == ("*",)
+
+
+def test_the_benchmark_journal_pages_every_filter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The benchmark's journal (cloned real runs, 1% cut off) through the console's pages;
+    and its program runs end to end at a tiny size (figures are its output, not checked)."""
+    from tests.bench import console as bench
+
+    bench.build(tmp_path / "j.db", 300, tmp_path)
+    store = SqliteStore(tmp_path / "j.db", read_only=True)
+    try:
+        seen, cursor = [], None
+        while True:
+            page = run_page(store, RunFilters(status="interrupted"), cursor, size=2)
+            seen += [r.run_id for r in page.runs]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert len(seen) == 3  # runs 7, 107 and 207
+        assert run_page(store, RunFilters(status="running"), None).runs == ()
+        machine = run_page(store, RunFilters(machine=bench.MACHINES[1]), None)
+        assert {r.machine for r in machine.runs} == {bench.MACHINES[1]}
+        assert machine.next_cursor is not None
+    finally:
+        store.close()
+    assert bench.main(["--runs", "200", "--rounds", "1", "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("baseline", "first page", "deep page", "task text"))

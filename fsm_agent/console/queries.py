@@ -5,7 +5,7 @@ JSON; nothing here writes.
 The run list pages by key (`Store.list_runs(before=…)`): a cursor is the (started_at,
 run_id) of the last run shown, so a deep page reads what the first one does. `running` and
 `interrupted` are one status in the journal, told apart by the run's process: those pages
-read the journal's running runs (few) whole and split them.
+read the journal's running runs a page at a time, by key, until one is full.
 """
 
 from __future__ import annotations
@@ -62,14 +62,26 @@ def run_page(
                               "since": f.since, "until": f.until, "task_contains": f.text,
                               "before": cursor}  # fmt: skip
     if f.status in ("running", "interrupted"):
-        live = store.list_runs(None, status="running", **common)
-        rows = [r for r in live if shown_status(r) == f.status][: size + 1]
+        rows = _live_rows(store, f.status, size + 1, common)
     else:
         rows = store.list_runs(size + 1, status=f.status, **common)  # type: ignore[arg-type]
     more = len(rows) > size
     rows = rows[:size]
     nxt = (rows[-1].started_at, rows[-1].run_id) if more and rows else None
     return RunPage(tuple(rows), nxt)
+
+
+def _live_rows(store: Store, status: str, wanted: int, common: dict[str, Any]) -> list[RunRow]:
+    """Up to `wanted` of the journal's running runs that are `status` (running: their
+    process is alive; interrupted: it is gone), read a page at a time by key."""
+    found: list[RunRow] = []
+    while len(found) < wanted:
+        chunk = store.list_runs(wanted, status="running", **common)
+        found += [r for r in chunk if shown_status(r) == status]
+        if len(chunk) < wanted:
+            break
+        common = {**common, "before": (chunk[-1].started_at, chunk[-1].run_id)}
+    return found[:wanted]
 
 
 def run_cap(run: RunRow) -> int:
