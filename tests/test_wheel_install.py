@@ -60,6 +60,10 @@ def test_the_wheel_installs_nothing_outside_fsm_agent(wheel: Path) -> None:
     for expected in ("fsm_agent/stores/sqlite.py", "fsm_agent/machines/agent_loop.yaml",
                      "fsm_agent/machines/halt-policy.yml", "fsm_agent/machines/machine.schema.json",
                      "fsm_agent/examples/scenarios.py",
+                     "fsm_agent/console/static/console.js",
+                     "fsm_agent/console/static/console.css",
+                     "fsm_agent/console/static/chart.umd.min.js",
+                     "fsm_agent/console/static/chart.js-LICENSE.md",
                      "fsm_agent/py.typed"):  # fmt: skip
         assert expected in names
 
