@@ -17,7 +17,8 @@ transaction; 1% are left `running` with an owner that is gone (the console shows
 `interrupted`). The clones' hash chains are not recomputed (nothing here verifies them).
 
 Each case is what the console runs for one page (`fsm_agent.console.queries.run_page`:
-the store's keyset query, 51 rows read and decoded into `RunRow`s), measured in every
+the store's keyset query, 51 rows read and decoded into `RunRow`s; the `rows only` cases
+run the same query without decoding, to tell the two costs apart), measured in every
 round, in a shuffled order each round; the table shows the median and max in ms and the
 median ratio to the baseline of the same round. `deep` pages start at the run 99% of the
 way down the list (its cursor, as the next-page link carries it). `offset` is the same deep
@@ -42,6 +43,7 @@ from fsm_agent import ScriptedModel, load_tools, run
 from fsm_agent.console.queries import RunFilters, run_page
 from fsm_agent.halt import HaltReason
 from fsm_agent.stores import codec
+from fsm_agent.stores.run_lookup import runs_query
 from fsm_agent.stores.sqlite import SqliteStore
 from fsm_agent.stores.sqlite_schema import INSERT_DECLARATION, INSERT_EVENT, INSERT_RUN
 
@@ -123,6 +125,11 @@ def build(path: Path, runs: int, work: Path) -> None:
         store.close()
 
 
+def _page_sql(store: SqliteStore, before: tuple[str, str] | None) -> tuple[str, dict[str, Any]]:
+    """The store's own query for a page (51 rows), to time it without decoding the rows."""
+    return runs_query(store.SELECT_RUNS_FOR_LIST, store._placeholder, PAGE + 1, {}, before)
+
+
 def cases(store: SqliteStore, runs: int) -> dict[str, Callable[[], int]]:
     """Each case reads one page; it returns how many runs it read."""
     deep_at = int(runs * 0.99)
@@ -151,6 +158,12 @@ def cases(store: SqliteStore, runs: int) -> dict[str, Callable[[], int]]:
             conn.execute("SELECT * FROM runs LIMIT 50").fetchall()
         ),
         "first page": page(RunFilters()),
+        "first page, rows only (no decoding)": lambda: len(
+            conn.execute(*_page_sql(store, None)).fetchall()
+        ),
+        "deep page, rows only (no decoding)": lambda: len(
+            conn.execute(*_page_sql(store, deep)).fetchall()
+        ),
         "deep page (99%)": page(RunFilters(), deep),
         "offset: deep page by OFFSET": lambda: len(
             conn.execute(
@@ -196,12 +209,12 @@ def report(samples: dict[str, list[float]], runs: int) -> tuple[str, dict[str, A
     first = statistics.median(samples["first page"])
     lines = [f"console run list, {runs:,} runs, {len(base)} rounds (ms; ratio to the baseline"
              " of the same round; x first: median over the first page's)",
-             f"{'case':<36} {'median':>8} {'max':>8} {'x base':>8} {'x first':>8}"]  # fmt: skip
+             f"{'case':<38} {'median':>8} {'max':>8} {'x base':>8} {'x first':>8}"]  # fmt: skip
     data: dict[str, Any] = {"runs": runs, "rounds": len(base), "cases": {}}
     for name, ms in samples.items():
         med = statistics.median(ms)
         ratio = statistics.median(m / b for m, b in zip(ms, base, strict=True))
-        lines.append(f"{name:<36} {med:>8.3f} {max(ms):>8.3f} {ratio:>8.1f} {med / first:>8.2f}")
+        lines.append(f"{name:<38} {med:>8.3f} {max(ms):>8.3f} {ratio:>8.1f} {med / first:>8.2f}")
         data["cases"][name] = {"median_ms": med, "max_ms": max(ms), "x_baseline": ratio,
                                "x_first_page": med / first}  # fmt: skip
     return "\n".join(lines), data
