@@ -12,8 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from fsm_agent.cli.console import _hosts, is_loopback
+from fsm_agent.cli.main import cli
 from fsm_agent.console.app import CSP
 from fsm_agent.console.queries import RunFilters, run_page
 from fsm_agent.halt import HaltReason
@@ -161,6 +163,22 @@ def test_acts_refuse_cross_site_requests(journal: Path, tmp_path: Path) -> None:
         ("freeze_routing", "ops-alice", "incident 7"),
         ("unfreeze_routing", "ops-alice", "incident 7"),
     ]
+    # the CLI's act is the same row, column for column (but its number and time)
+    cli_act = CliRunner().invoke(
+        cli, ["freeze-routing", "--who", "ops-alice", "--why", "incident 7", "--db", str(journal)]
+    )
+    assert cli_act.exit_code == 0, cli_act.output
+    rows = full_controls(journal)
+    assert rows[-1][2:] == rows[-3][2:]
+
+
+def full_controls(db: Path) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT id, at, run_id, kind, payload, who, why FROM controls"
+                            " ORDER BY id").fetchall()  # fmt: skip
+    finally:
+        conn.close()
 
 
 def test_keyset_pages_walk_every_run_once(tmp_path: Path) -> None:

@@ -294,6 +294,15 @@ def test_an_operator_act_from_the_page_is_journaled_like_the_cli(
             seen = page_on(browser, c)
             page = seen.page
             page.goto(c.url + "/runs/live-run")
+            raising = page.locator('form.act[data-act="raise-budget"]')
+            raising.locator("input[name='cap:max_steps']").fill("9")
+            raising.locator("input[name=why]").fill("the furnace needs longer")
+            raising.locator("input[name=who]").fill("ops-bob")
+            raising.locator("button").click()
+            page.wait_for_function(
+                "() => document.querySelector('form.act[data-act=raise-budget] output')"
+                ".textContent.startsWith('raise-budget #')"
+            )
             form = page.locator('form.act[data-act="pause"]')
             form.locator("input[name=why]").fill("incident 42: <b>stop</b>")
             form.locator("input[name=who]").fill("ops-alice")
@@ -302,7 +311,7 @@ def test_an_operator_act_from_the_page_is_journaled_like_the_cli(
                 "() => document.querySelector('form.act[data-act=pause] output')"
                 ".textContent.startsWith('pause of live-run queued')"
             )
-            assert _act_count(db) == 1
+            assert _act_count(db) == 2
             (gates / "go-1").touch()  # the run reaches its next model call and pauses
             page.wait_for_function(
                 "() => document.getElementById('live-status').textContent === 'paused'",
@@ -319,6 +328,7 @@ def test_an_operator_act_from_the_page_is_journaled_like_the_cli(
         [sys.executable, "-m", "fsm_agent", "show", "live-run", "--db", str(db)],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
+    assert "pause" in shown
     assert "ops-alice" in shown
     assert "incident 42: <b>stop</b>" in shown
-    assert "pause" in shown
+    assert "raise-budget by ops-bob: max_steps 6 -> 9; why: the furnace needs longer" in shown
