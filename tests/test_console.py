@@ -251,3 +251,18 @@ def test_the_benchmark_journal_pages_every_filter(
     assert bench.main(["--runs", "200", "--rounds", "1", "--workdir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("baseline", "first page", "deep page", "task text"))
+
+
+def test_a_host_that_is_not_loopback_is_warned_about_loudly(journal: Path) -> None:
+    anywhere = "0.0.0.0"  # noqa: S104 - the warning's case; the process ends at once
+    cmd = [sys.executable, "-m", "fsm_agent", "console", "--db", str(journal),
+           "--host", anywhere, "--port", "0"]  # fmt: skip
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("fsm-agent console (read-only) on http://")
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=15)
+    assert "WARNING: listening on 0.0.0.0, not loopback" in err
+    assert "reads every task, reply and tool result" in err
