@@ -176,9 +176,13 @@
   const PALETTE = ["#2563eb", "#16a34a", "#dc2626", "#d97706", "#7c3aed", "#0891b2",
     "#db2777", "#4b5563", "#65a30d", "#ea580c", "#0d9488", "#9333ea"];
 
+  // a completed run is green wherever it is drawn; the other series take the rest in turn
+  const OTHERS = PALETTE.filter((c) => c !== PALETTE[1]);
   function datasets(series) {
-    return Object.keys(series).map((name, i) => ({
-      label: name, data: series[name], backgroundColor: PALETTE[i % PALETTE.length],
+    let next = 0;
+    return Object.keys(series).map((name) => ({
+      label: name, data: series[name],
+      backgroundColor: name === "completed" ? PALETTE[1] : OTHERS[next++ % OTHERS.length],
     }));
   }
 
