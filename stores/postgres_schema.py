@@ -22,6 +22,9 @@ class Migration:
 
     name: str
     statements: tuple[str, ...]
+    #: it only adds or replaces indexes: a journal without it reads the same (only slower),
+    #: so a command that only reads reads it as it is; the next writer applies it
+    index_only: bool = False
 
 
 _APPEND_ONLY = """
@@ -157,6 +160,7 @@ MIGRATIONS: Final = (
             "CREATE INDEX runs_halt_reason ON runs (halt_reason, started_at, run_id)",
             "CREATE INDEX runs_status ON runs (status, started_at, run_id)",
         ),
+        index_only=True,
     ),
 )
 

@@ -194,3 +194,29 @@ def test_the_migration_adds_the_run_list_indexes_and_pages_by_key(old: Path) -> 
         assert "TEMP B-TREE" not in str(plan)
     finally:
         store.close()
+
+
+def test_a_reader_reads_a_journal_without_its_index_only_migration(tmp_path: Path) -> None:
+    """A journal written before the run-list indexes (m008, indexes only) is read as it is
+    by a command that only reads; the next writer adds them."""
+    copy = tmp_path / "m007.db"
+    shutil.copyfile(Path(__file__).parent / "recorded_pre_usage" / "journal.db", copy)
+    reader = SqliteStore(copy, read_only=True)
+    try:
+        listed = reader.list_runs(None)
+        assert listed
+        first = (listed[0].started_at, listed[0].run_id)
+        assert reader.list_runs(None, before=first) == listed[1:]
+    finally:
+        reader.close()
+    assert "m008_run_list_indexes" not in applied(copy)  # the reader wrote nothing
+    SqliteStore(copy).close()
+    assert "m008_run_list_indexes" in applied(copy)
+
+
+def applied(db: Path) -> list[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")]
+    finally:
+        conn.close()

@@ -50,7 +50,7 @@ from fsm_agent.runtime.receipts import Receipt
 from fsm_agent.runtime.record import HaltRecord, HandoffPacket, ToolCallEntry, read_record
 from fsm_agent.runtime.snapshot import Snapshot, ToolOutcome
 from fsm_agent.runtime.usage import ModelUsage
-from fsm_agent.stores import open_store
+from fsm_agent.stores import open_store, postgres_schema, sqlite_schema
 from fsm_agent.stores.dsn import is_dsn, redact_dsn
 from fsm_agent.stores.postgres_schema import _HEAD as _PG_HEAD
 from fsm_agent.stores.sqlite import SqliteStore
@@ -1498,13 +1498,35 @@ def test_a_store_opened_to_read_creates_nothing_and_writes_nothing(backend: Back
         again.close()
 
 
+#: The migrations that only add indexes: a reader reads a journal without them.
+INDEX_ONLY = sqlite_schema.INDEX_ONLY | {m.name for m in postgres_schema.MIGRATIONS
+                                         if m.index_only}  # fmt: skip
+
+
 def test_a_read_never_migrates_an_older_journal(backend: Backend) -> None:
     backend.open().close()
     table = "fsm_agent_migrations" if backend.name == "postgres" else "_sqlite_migrations"
-    backend.sql(f"DELETE FROM {table} WHERE name = ?", (backend.migrations()[-1],))  # noqa: S608
+    needed = [n for n in backend.migrations() if n not in INDEX_ONLY]
+    backend.sql(f"DELETE FROM {table} WHERE name = ?", (needed[-1],))  # noqa: S608
     before = backend.migrations()
     with pytest.raises(JournalError, match="fsm-agent migrate"):
         open_store(backend.location, read_only=True)
+    assert backend.migrations() == before
+
+
+def test_a_read_reads_a_journal_without_its_index_only_migrations(backend: Backend) -> None:
+    backend.open().close()
+    table = "fsm_agent_migrations" if backend.name == "postgres" else "_sqlite_migrations"
+    skipped = [n for n in backend.migrations() if n in INDEX_ONLY]
+    assert skipped
+    for name in skipped:
+        backend.sql(f"DELETE FROM {table} WHERE name = ?", (name,))  # noqa: S608
+    before = backend.migrations()
+    reader = open_store(backend.location, read_only=True)
+    try:
+        assert reader.list_runs(None) == []
+    finally:
+        reader.close()
     assert backend.migrations() == before
 
 
