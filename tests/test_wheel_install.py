@@ -104,3 +104,8 @@ def test_a_user_project_with_its_own_stores_machines_examples(wheel: Path, tmp_p
                   cwd=project, env=env)  # fmt: skip
     assert report.returncode == 0, report.stderr
     assert "completed" in (project / "report.html").read_text()
+
+    # the lean install has no web server: the console says which extra brings it
+    served = _run(cli, "console", "--db", "journal.db", cwd=project, env=env, timeout=60)
+    assert served.returncode == 2, served.stdout + served.stderr
+    assert "pip install 'fsm-agent[console]'" in served.stderr
