@@ -13,6 +13,7 @@ from pathlib import Path
 
 import attrs
 
+ROOT = Path(__file__).resolve().parent.parent
 #: Generous: two cores are shared by the whole suite.
 START_S = 30.0
 
@@ -26,12 +27,15 @@ class Console:
 
 
 @contextmanager
-def console(db: Path, *args: str) -> Iterator[Console]:
-    """`fsm-agent console --db DB --port 0 ARGS…`, stopped (SIGTERM) afterwards."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "fsm_agent", "console", "--db", str(db), "--port", "0", *args]
+def console(db: Path, *args: str, beside: bool = False) -> Iterator[Console]:
+    """`fsm-agent console --db DB --port 0 ARGS…`, stopped (SIGTERM) afterwards; `beside`:
+    run it in the journal's directory with `--db NAME` (as a user would, and as the page
+    then names the journal)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+    where = str(db.name if beside else db)
+    cmd = [sys.executable, "-m", "fsm_agent", "console", "--db", where, "--port", "0", *args]
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env)  # fmt: skip
+                               env=env, cwd=db.parent if beside else None)  # fmt: skip
     try:
         url = _url(process)
         yield Console(url, process)

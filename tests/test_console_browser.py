@@ -190,10 +190,10 @@ def _screenshot_path(tmp_path: Path) -> Path:
 def test_a_live_run_moves_step_by_step_while_another_process_writes_it(
     browser: Browser, tmp_path: Path
 ) -> None:
-    db, gates = tmp_path / "live.db", tmp_path / "gates"
+    db, gates = tmp_path / "fsm-agent.db", tmp_path / "gates"
     child = _start_child(db, gates, "live-run", steps=3)
     try:
-        with console(db) as c:
+        with console(db, beside=True) as c:
             seen = page_on(browser, c)
             try:
                 page = seen.page
