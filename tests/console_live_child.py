@@ -18,7 +18,7 @@ from pathlib import Path
 from fsm_agent import Receipt, ScriptedModel, ToolRegistry, ToolResult, run
 from fsm_agent.errors import RunPaused
 
-GATE_WAIT_S = 120.0
+GATE_WAIT_S = 240.0  # within the tool time budget below
 #: What the tool returns besides its step: markup the console must show as text.
 HOSTILE_OUTPUT = "<b>bold</b><img src=x onerror=alert(1)>"
 TOOLS = ToolRegistry()
@@ -56,7 +56,8 @@ def main() -> None:
         record = run(
             "agent_loop", task=f"Walk {opts.steps} gated steps", model=ScriptedModel(replies),
             tools=TOOLS, store=opts.db, run_id=opts.run_id,
-            budgets={"max_steps": opts.steps + 3, "wall_clock_ms": 600_000},
+            budgets={"max_steps": opts.steps + 3, "wall_clock_ms": 600_000,
+                     "tool_timeout_ms": 300_000},
             record_path=Path(opts.gates) / "record.json",
         )  # fmt: skip
     except RunPaused:
