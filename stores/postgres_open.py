@@ -138,6 +138,7 @@ def check_readable(conn: psycopg.Connection[Any], location: str) -> None:
             " check the DSN and search_path)",
             path=location,
         )
+    pending = [m for m in pending if not m.index_only]  # it reads the same without those
     if pending:
         raise JournalError(
             f"written by an older fsm-agent: it needs migration {pending[0].name!r}, and"

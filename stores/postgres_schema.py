@@ -22,6 +22,9 @@ class Migration:
 
     name: str
     statements: tuple[str, ...]
+    #: it only adds or replaces indexes: a journal without it reads the same (only slower),
+    #: so a command that only reads reads it as it is; the next writer applies it
+    index_only: bool = False
 
 
 _APPEND_ONLY = """
@@ -146,6 +149,18 @@ MIGRATIONS: Final = (
             """CREATE TRIGGER declarations_no_delete BEFORE DELETE ON declarations
                FOR EACH ROW EXECUTE FUNCTION fsm_agent_append_only()""",
         ),
+    ),
+    Migration(
+        "m006_run_list_indexes",
+        (
+            # The run list's keyset pages (see fsm_agent.stores.sqlite_schema m008): each
+            # filter through an index on it then (started_at, run_id), newest first.
+            "DROP INDEX runs_machine",
+            "CREATE INDEX runs_machine ON runs (machine, started_at, run_id)",
+            "CREATE INDEX runs_halt_reason ON runs (halt_reason, started_at, run_id)",
+            "CREATE INDEX runs_status ON runs (status, started_at, run_id)",
+        ),
+        index_only=True,
     ),
 )
 

@@ -1,8 +1,12 @@
 """How both stores find runs: by id prefix, the latest one, and the filtered list of
-`fsm-agent runs` — the same code for both, only the placeholder style differs.
+`fsm-agent runs` and of the console — the same code for both, only the placeholder style
+differs.
 
 Every filter is a fixed SQL fragment with a bound parameter (no identifier is ever built
-from input), and the limit is applied after the filters, by the database. Ids compare as
+from input), and the limit is applied after the filters, by the database. The list is
+paged by key, not by offset: the next page is the runs before the last one shown in
+(started_at, run_id) order, read from an index in that order (see the journals' run-list
+indexes), so a page deep in 100,000 runs costs what the first one does. Ids compare as
 bytes in both stores (SQLite's BINARY collation, PostgreSQL's "C" on `runs.run_id`), so
 the ids with a given prefix are one contiguous range of the primary key's index.
 """
@@ -23,7 +27,12 @@ _FILTERS = {
     "status": "r.status = {}",
     "since": "r.started_at >= {}",
     "until": "r.started_at <= {}",
+    # ASCII case folding in SQLite (its lower()), Unicode in PostgreSQL; `%`, `_` and `\`
+    # in the text are matched literally (escaped by `like_pattern`).
+    "task_contains": "lower(r.task) LIKE lower({}) ESCAPE '\\'",
 }
+#: The keyset cursor: runs strictly before (started_at, run_id) in newest-first order.
+_BEFORE = "(r.started_at, r.run_id) < ({}, {})"
 _NEWEST_FIRST = " ORDER BY r.started_at DESC, r.run_id DESC"
 
 
@@ -32,17 +41,27 @@ def runs_query(
     placeholder: Callable[[str], str],
     limit: int | None,
     filters: dict[str, str | None],
+    before: tuple[str, str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """`select_runs` narrowed by the filters that are set, newest first, at most `limit`
-    rows (None: all). `placeholder(name)` is the store's named parameter (`:name`,
-    `%(name)s`)."""
+    rows (None: all), only runs before `before` = (started_at, run_id) when it is given.
+    `placeholder(name)` is the store's named parameter (`:name`, `%(name)s`)."""
     params: dict[str, Any] = {k: v for k, v in filters.items() if v is not None}
     where = [_FILTERS[name].format(placeholder(name)) for name in _FILTERS if name in params]
+    if before is not None:
+        params["before_at"], params["before_id"] = before
+        where.append(_BEFORE.format(placeholder("before_at"), placeholder("before_id")))
     sql = select_runs + (" WHERE " + " AND ".join(where) if where else "") + _NEWEST_FIRST
     if limit is not None:
         params["limit"] = limit
         sql += f" LIMIT {placeholder('limit')}"
     return sql, params
+
+
+def like_pattern(text: str) -> str:
+    """A LIKE pattern matching `text` anywhere, its `%`, `_` and `\\` taken literally."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
 
 
 class RunLookup:
@@ -67,13 +86,20 @@ class RunLookup:
         status: RunStatus | None = None,
         since: str | None = None,
         until: str | None = None,
+        task_contains: str | None = None,
+        before: tuple[str, str] | None = None,
     ) -> list[RunRow]:
         """Runs newest first, narrowed by every filter given (`since`/`until`: ISO times in
-        UTC as the journal writes `started_at`, inclusive), at most `limit` of them."""
+        UTC as the journal writes `started_at`, inclusive; `task_contains`: text in the
+        task, case folded), at most `limit` of them; with `before` = (started_at, run_id)
+        of the last run of a page, the next page."""
         reason = None if halt_reason is None else str(halt_reason.value)
+        text = None if task_contains is None else like_pattern(task_contains)
         filters = {"machine": machine, "halt_reason": reason, "status": status,
-                   "since": since, "until": until}  # fmt: skip
-        sql, params = runs_query(self.SELECT_RUNS_FOR_LIST, self._placeholder, limit, filters)
+                   "since": since, "until": until, "task_contains": text}  # fmt: skip
+        sql, params = runs_query(
+            self.SELECT_RUNS_FOR_LIST, self._placeholder, limit, filters, before
+        )
         return self._run_rows(sql, params)
 
     def run_ids_from(self, prefix: str, limit: int) -> list[str]:

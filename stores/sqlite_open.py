@@ -19,7 +19,7 @@ from typing import Any, Literal
 import sqlite_utils
 
 from fsm_agent.errors import JournalError, NotAJournal
-from fsm_agent.stores.sqlite_schema import KNOWN_MIGRATIONS, migrations
+from fsm_agent.stores.sqlite_schema import INDEX_ONLY, KNOWN_MIGRATIONS, migrations
 
 #: A new journal file's mode: private (less nothing: the umask does not widen it).
 JOURNAL_MODE = 0o600
@@ -235,6 +235,8 @@ def _check_schema(
             path=path,
         )
     pending = migrations.pending(db)
+    if not writable:  # a reader reads a journal without its index-only migrations
+        pending = [m for m in pending if m.name not in INDEX_ONLY]
     if pending and requested and os.access(path, os.W_OK):
         raise JournalError(
             f"written by an older fsm-agent: it needs migration {pending[0].name!r}, and"

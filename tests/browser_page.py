@@ -77,7 +77,7 @@ class Watched:
 
     page: Page
     requests: list[str] = attrs.Factory(list)  # every URL requested, in order
-    blocked: list[str] = attrs.Factory(list)  # requests that would have left file://
+    blocked: list[str] = attrs.Factory(list)  # requests that would have left what is allowed
     errors: list[str] = attrs.Factory(list)  # console errors, uncaught exceptions
     dialogs: list[str] = attrs.Factory(list)  # alert(), confirm(), prompt()
 
@@ -90,17 +90,20 @@ class Watched:
         self.page.context.close()
 
 
-def watched_page(browser: Browser, width: int = 1366, height: int = 900) -> Watched:
+def watched_page(
+    browser: Browser, width: int = 1366, height: int = 900, allowed: tuple[str, ...] = ("file://",)
+) -> Watched:
     """A fresh page in its own context that records requests, console errors (CSP violations
     and failed loads included: chromium logs them to the console), uncaught exceptions and
-    dialogs, and aborts every request that is not for a `file://` URL."""
+    dialogs, and aborts every request whose URL starts with none of `allowed` (by default:
+    every request not for a `file://` URL; a server's tests allow its own origin)."""
     viewport: ViewportSize = {"width": width, "height": height}
     context = browser.new_context(viewport=viewport, device_scale_factor=1)
     context.set_default_timeout(TIMEOUT_MS)
     seen = Watched(context.new_page())
 
     def route(route: Route) -> None:
-        if route.request.url.startswith("file://"):
+        if route.request.url.startswith(allowed):
             route.continue_()
         else:
             seen.blocked.append(route.request.url)

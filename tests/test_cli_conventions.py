@@ -207,9 +207,10 @@ def test_halt_reason_choices_are_the_enum() -> None:
 
 # --- --json -----------------------------------------------------------------------------------
 
-#: Commands whose output is not a result: the worker logs, diagram prints the diagram, and
+#: Commands whose output is not a result: the worker logs, the console serves pages, diagram
+#: prints the diagram, and
 #: schema prints a JSON Schema (a JSON document already).
-NO_JSON = {"worker", "diagram", "schema"}
+NO_JSON = {"worker", "diagram", "schema", "console"}
 
 
 @pytest.mark.parametrize("name", sorted(cli.commands))  # type: ignore[attr-defined]

@@ -168,3 +168,55 @@ def test_a_digest_edited_into_text_is_a_finding_not_a_crash(tmp_path: Path) -> N
     finally:
         store.close()
     assert found[0] == ("edited", 2)
+
+
+def test_the_migration_adds_the_run_list_indexes_and_pages_by_key(old: Path) -> None:
+    store = SqliteStore(old)  # migrates
+    try:
+        indexes = {
+            r[1] for r in store.conn.execute("SELECT type, name FROM sqlite_master").fetchall()
+            if r[0] == "index"
+        }  # fmt: skip
+        assert {"runs_newest", "runs_machine", "runs_halt_reason", "runs_status"} <= indexes
+        assert "runs_started_at" not in indexes
+        everything = store.list_runs(None)
+        first = store.list_runs(1)
+        after = (first[0].started_at, first[0].run_id)
+        assert [r.run_id for r in store.list_runs(None, before=after)] == [
+            r.run_id for r in everything[1:]
+        ]
+        plan = store.conn.execute(
+            "EXPLAIN QUERY PLAN SELECT run_id FROM runs AS r WHERE r.machine = 'x'"
+            " AND (r.started_at, r.run_id) < ('a', 'b')"
+            " ORDER BY r.started_at DESC, r.run_id DESC LIMIT 50"
+        ).fetchall()
+        assert "runs_machine" in str(plan)
+        assert "TEMP B-TREE" not in str(plan)
+    finally:
+        store.close()
+
+
+def test_a_reader_reads_a_journal_without_its_index_only_migration(tmp_path: Path) -> None:
+    """A journal written before the run-list indexes (m008, indexes only) is read as it is
+    by a command that only reads; the next writer adds them."""
+    copy = tmp_path / "m007.db"
+    shutil.copyfile(Path(__file__).parent / "recorded_pre_usage" / "journal.db", copy)
+    reader = SqliteStore(copy, read_only=True)
+    try:
+        listed = reader.list_runs(None)
+        assert listed
+        first = (listed[0].started_at, listed[0].run_id)
+        assert reader.list_runs(None, before=first) == listed[1:]
+    finally:
+        reader.close()
+    assert "m008_run_list_indexes" not in applied(copy)  # the reader wrote nothing
+    SqliteStore(copy).close()
+    assert "m008_run_list_indexes" in applied(copy)
+
+
+def applied(db: Path) -> list[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")]
+    finally:
+        conn.close()

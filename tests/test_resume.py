@@ -18,9 +18,9 @@ from click.testing import CliRunner
 
 from fsm_agent import HaltReason, read_record
 from fsm_agent.cli.main import cli
-from fsm_agent.cli.review import signed_control
 from fsm_agent.errors import RunPaused
 from fsm_agent.journal.chain import verify_run
+from fsm_agent.runtime.operator_acts import signed_control
 from fsm_agent.stores.sqlite import SqliteStore
 from fsm_agent.testing import assert_replays
 from tests.fixture_resume import GATE_ENV, HANG_ENV, IDEMPOTENT_ENV, LEDGER_ENV

@@ -50,7 +50,7 @@ from fsm_agent.runtime.receipts import Receipt
 from fsm_agent.runtime.record import HaltRecord, HandoffPacket, ToolCallEntry, read_record
 from fsm_agent.runtime.snapshot import Snapshot, ToolOutcome
 from fsm_agent.runtime.usage import ModelUsage
-from fsm_agent.stores import open_store
+from fsm_agent.stores import open_store, postgres_schema, sqlite_schema
 from fsm_agent.stores.dsn import is_dsn, redact_dsn
 from fsm_agent.stores.postgres_schema import _HEAD as _PG_HEAD
 from fsm_agent.stores.sqlite import SqliteStore
@@ -411,6 +411,35 @@ def test_list_runs_newest_first_with_limit(store: Store) -> None:
     assert [r.run_id for r in store.list_runs()] == ["run-1", "run-0", "run-2"]
     assert [r.run_id for r in store.list_runs(limit=2)] == ["run-1", "run-0"]
     assert store.run_ids() == ["run-2", "run-0", "run-1"]  # oldest first
+
+
+def test_list_runs_pages_by_key_and_finds_text_in_the_task(store: Store) -> None:
+    """`before` is a keyset cursor (ties on started_at broken by run id); `task_contains`
+    folds case and takes `%`, `_` and `\\` literally, in both stores."""
+    tasks = ["Refund 100% of it", "refund_window", "a\\b", "REFUND later", "other"]
+    for i, task in enumerate(tasks):
+        row = attrs.evolve(run_row(f"run-{i}", "2025-01-01" if i < 3 else "2025-01-02"),
+                           task=task)  # fmt: skip
+        store.start_run(row, started(f"run-{i}"))
+    everything = [r.run_id for r in store.list_runs(None)]
+    assert everything == ["run-4", "run-3", "run-2", "run-1", "run-0"]
+    walked, before = [], None
+    while page := store.list_runs(2, before=before):
+        walked += [r.run_id for r in page]
+        before = (page[-1].started_at, page[-1].run_id)
+    assert walked == everything
+
+    def found(text: str) -> list[str]:
+        return [r.run_id for r in store.list_runs(None, task_contains=text)]
+
+    assert found("refund") == ["run-3", "run-1", "run-0"]
+    assert found("100%") == ["run-0"]
+    assert found("d_w") == ["run-1"]
+    assert found("_") == ["run-1"]
+    assert found("a\\b") == ["run-2"]
+    assert found("%") == ["run-0"]
+    after = store.list_runs(None, task_contains="refund", before=("2025-01-02", "run-3"))
+    assert [r.run_id for r in after] == ["run-1", "run-0"]
 
 
 def test_ids_and_times_sort_as_bytes_whatever_the_locale(store: Store) -> None:
@@ -965,6 +994,7 @@ def test_a_journal_from_before_the_seal_migrates_and_verifies_as_before(
     table = "_sqlite_migrations" if backend.name == "sqlite" else "fsm_agent_migrations"
     for name in later:
         backend.sql(f"DELETE FROM {table} WHERE name = ?", (name,))  # noqa: S608
+    _undo_run_list_indexes(backend)
     _undo_chain_v3(backend)
     s = backend.open()
     try:
@@ -976,6 +1006,16 @@ def test_a_journal_from_before_the_seal_migrates_and_verifies_as_before(
         assert "halt record not sealed" in report.notes[0]
     finally:
         s.close()
+
+
+def _undo_run_list_indexes(backend: Backend) -> None:
+    """The run list's indexes as they were before its keyset pages (m008 / m006 undone)."""
+    for name in ("runs_halt_reason", "runs_status", "runs_machine", "runs_newest"):
+        backend.sql(f"DROP INDEX IF EXISTS {name}")
+    if backend.name == "sqlite":
+        backend.sql("CREATE INDEX runs_started_at ON runs (started_at)")
+    else:
+        backend.sql("CREATE INDEX runs_machine ON runs (machine, started_at)")
 
 
 def _undo_chain_v3(backend: Backend) -> None:
@@ -1458,13 +1498,35 @@ def test_a_store_opened_to_read_creates_nothing_and_writes_nothing(backend: Back
         again.close()
 
 
+#: The migrations that only add indexes: a reader reads a journal without them.
+INDEX_ONLY = sqlite_schema.INDEX_ONLY | {m.name for m in postgres_schema.MIGRATIONS
+                                         if m.index_only}  # fmt: skip
+
+
 def test_a_read_never_migrates_an_older_journal(backend: Backend) -> None:
     backend.open().close()
     table = "fsm_agent_migrations" if backend.name == "postgres" else "_sqlite_migrations"
-    backend.sql(f"DELETE FROM {table} WHERE name = ?", (backend.migrations()[-1],))  # noqa: S608
+    needed = [n for n in backend.migrations() if n not in INDEX_ONLY]
+    backend.sql(f"DELETE FROM {table} WHERE name = ?", (needed[-1],))  # noqa: S608
     before = backend.migrations()
     with pytest.raises(JournalError, match="fsm-agent migrate"):
         open_store(backend.location, read_only=True)
+    assert backend.migrations() == before
+
+
+def test_a_read_reads_a_journal_without_its_index_only_migrations(backend: Backend) -> None:
+    backend.open().close()
+    table = "fsm_agent_migrations" if backend.name == "postgres" else "_sqlite_migrations"
+    skipped = [n for n in backend.migrations() if n in INDEX_ONLY]
+    assert skipped
+    for name in skipped:
+        backend.sql(f"DELETE FROM {table} WHERE name = ?", (name,))  # noqa: S608
+    before = backend.migrations()
+    reader = open_store(backend.location, read_only=True)
+    try:
+        assert reader.list_runs(None) == []
+    finally:
+        reader.close()
     assert backend.migrations() == before
 
 

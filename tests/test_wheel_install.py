@@ -60,6 +60,10 @@ def test_the_wheel_installs_nothing_outside_fsm_agent(wheel: Path) -> None:
     for expected in ("fsm_agent/stores/sqlite.py", "fsm_agent/machines/agent_loop.yaml",
                      "fsm_agent/machines/halt-policy.yml", "fsm_agent/machines/machine.schema.json",
                      "fsm_agent/examples/scenarios.py",
+                     "fsm_agent/console/static/console.js",
+                     "fsm_agent/console/static/console.css",
+                     "fsm_agent/console/static/chart.umd.min.js",
+                     "fsm_agent/console/static/chart.js-LICENSE.md",
                      "fsm_agent/py.typed"):  # fmt: skip
         assert expected in names
 
@@ -100,3 +104,8 @@ def test_a_user_project_with_its_own_stores_machines_examples(wheel: Path, tmp_p
                   cwd=project, env=env)  # fmt: skip
     assert report.returncode == 0, report.stderr
     assert "completed" in (project / "report.html").read_text()
+
+    # the lean install has no web server: the console says which extra brings it
+    served = _run(cli, "console", "--db", "journal.db", cwd=project, env=env, timeout=60)
+    assert served.returncode == 2, served.stdout + served.stderr
+    assert "pip install 'fsm-agent[console]'" in served.stderr

@@ -163,20 +163,11 @@ def verify(
 def pause(run_id: str, why: str, who: str | None, db: str, as_json: bool) -> None:
     """Pause a live run: before its next model call it journals the pause and its process
     ends; the run waits, with its frozen budgets, for `fsm-agent resume RUN_ID`."""
-    from fsm_agent.cli.review import signed_control
+    from fsm_agent.runtime.operator_acts import queue_pause
 
     with journal_store(db, must_exist=True) as store:
         run_id = resolve_run_id(store, run_id)
-        run = store.get_run(run_id)
-        if run.status != "running":
-            job = store.job(run_id)
-            queued = job is not None and job.status == "queued"
-            hint = f" (it waits in the run queue: `fsm-agent dequeue {run_id}` takes it out)"
-            raise InvalidInputError(
-                f"run {run_id} is {run.status}; only a running run pauses"
-                + (hint if queued else "")
-            )
-        number = store.add_control(signed_control(run_id, "pause", {}, who, why))
+        number = queue_pause(store, run_id, who, why)
     say_result(
         as_json,
         {"control": number, "run_id": run_id},

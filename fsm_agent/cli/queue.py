@@ -241,7 +241,7 @@ def dequeue(run_id: str, why: str, who: str | None, db: str, as_json: bool) -> N
     """Take a job out of the run queue: one that is queued, or whose worker is gone (its
     lease expired). Never started: cancelled. Started: its run waits for `fsm-agent resume`.
     A job a live worker holds is refused: pause its run (that takes it out too)."""
-    from fsm_agent.cli.review import signature
+    from fsm_agent.runtime.operator_acts import signature
 
     by, at = signature(who, why)
     with journal_store(db, must_exist=True) as store:

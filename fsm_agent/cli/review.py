@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 import click
 
@@ -29,7 +28,7 @@ from fsm_agent.declaration.load import load_machine, parse_machine
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import serde
 from fsm_agent.journal.chain import ChainReport, verify_run
-from fsm_agent.journal.store import Control, ControlKind, Event, RunRow
+from fsm_agent.journal.store import ControlKind, Event, RunRow
 from fsm_agent.review.diagram import (
     FORMATS,
     DiagramFormat,
@@ -337,25 +336,13 @@ def raise_budget(
 ) -> None:
     """Raise a live run's caps. Only a person can: the run applies it before its next model
     call and journals who, why and the old and new values; replay shows the act."""
-    from fsm_agent.runtime.budgets import check_budget
+    from fsm_agent.runtime.operator_acts import queue_raise_budget, require_caps
 
     asked = {name: value for name, value in budgets.items() if value is not None}
-    if not asked:
-        raise InvalidInputError("say which cap to raise (--max-steps N, --wall-clock-ms N, …)")
+    require_caps(asked)
     with journal_store(db, must_exist=True) as store:
         run_id = resolve_run_id(store, run_id)
-        run = store.get_run(run_id)
-        if run.status != "running":
-            raise InvalidInputError(
-                f"run {run_id} has halted ({run.halt_reason}); only a live run's caps can be raised"
-            )
-        current = store.last_event(run_id).snapshot.budgets
-        for name, value in asked.items():
-            if check_budget(name, value) <= getattr(current, name):
-                raise InvalidInputError(
-                    f"{name} {value} does not raise the current {getattr(current, name)}"
-                )
-        number = store.add_control(signed_control(run_id, "raise_budget", asked, who, why))
+        number, current = queue_raise_budget(store, run_id, asked, who, why)
     changes = ", ".join(f"{n} {getattr(current, n)} -> {v}" for n, v in asked.items())
     moved = {n: {"from": getattr(current, n), "to": v} for n, v in asked.items()}
     data = {"control": number, "run_id": run_id, "changes": moved}
@@ -363,29 +350,11 @@ def raise_budget(
                " run applies it before its next model call and journals it")  # fmt: skip
 
 
-def signed_control(
-    run_id: str | None, kind: ControlKind, payload: dict[str, Any], who: str | None, why: str
-) -> Control:
-    """An operator's act, signed: who (the login name by default), why (required), when."""
-    who, at = signature(who, why)
-    return Control(id=0, run_id=run_id, kind=kind, payload=payload, who=who, why=why, at=at)
-
-
-def signature(who: str | None, why: str) -> tuple[str, str]:
-    """Who acts (the login name by default) and when; refuses an act without a why."""
-    import getpass
-
-    from fsm_agent.runtime.journaling import now_iso
-
-    if not why.strip():
-        raise InvalidInputError("--why must say why")
-    return who or getpass.getuser(), now_iso()
-
-
 def _routing(kind: ControlKind, why: str, who: str | None, db: str, as_json: bool) -> None:
-    control = signed_control(None, kind, {}, who, why)
+    from fsm_agent.runtime.operator_acts import queue_routing
+
     with journal_store(db) as store:
-        number = store.add_control(control)
+        number = queue_routing(store, kind == "freeze_routing", who, why)
     verb = "frozen" if kind == "freeze_routing" else "unfrozen"
     say_result(as_json, {"control": number, "routing": verb},
                f"routing {verb} (#{number}); running workers read it before their next model"

@@ -235,9 +235,13 @@ class Store(Protocol):
         status: RunStatus | None = None,
         since: str | None = None,
         until: str | None = None,
+        task_contains: str | None = None,
+        before: tuple[str, str] | None = None,
     ) -> list[RunRow]:
         """Runs newest first, narrowed by every filter given (`since`/`until`: ISO times in
-        UTC as the journal writes `started_at`, both inclusive), at most `limit` (None: all)."""
+        UTC as the journal writes `started_at`, both inclusive; `task_contains`: text in the
+        task, case folded), at most `limit` (None: all); with `before` = (started_at,
+        run_id) of a page's last run, the page after it (by key, through an index)."""
         ...
 
     def run_ids_from(self, prefix: str, limit: int) -> list[str]:

@@ -14,6 +14,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
+
 from fsm_agent.declaration.load import parse_machine
 from fsm_agent.declaration.spec import MachineSpec
 from fsm_agent.journal.chain import ChainReport
@@ -40,7 +42,7 @@ from fsm_agent.runtime.budgets import dollars
 from fsm_agent.runtime.record import HaltRecord, atomic_write_text
 from fsm_agent.runtime.snapshot import SUCCESS_RULES
 
-__all__ = ["incident_report", "safe_svg", "write_report"]
+__all__ = ["ReportSections", "incident_report", "report_sections", "safe_svg", "write_report"]
 
 
 def _halt_rows(rec: HaltRecord) -> list[tuple[str, str]]:
@@ -168,24 +170,58 @@ def _header(run: RunRow, report: ReplayReport, chain: ChainReport | None) -> str
     )
 
 
+@attrs.frozen
+class ReportSections:
+    """The incident report's parts, each HTML with every journal string escaped: the offline
+    report (`incident_report`) and the console's run page put the same parts on a page."""
+
+    title: str
+    header: str
+    halt: str
+    usage: str
+    diagram: str
+    replay: str
+    timeline: str
+
+    def body(self) -> str:
+        """Every part in the report's order."""
+        parts = (self.header, self.halt, self.usage, self.diagram, self.replay, self.timeline)
+        return "\n".join(p for p in parts if p)
+
+
+def report_sections(
+    run: RunRow, events: Sequence[Event], chain: ChainReport | None = None
+) -> ReportSections:
+    """The report's parts for one run (raises as `incident_report` does)."""
+    spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
+    report = with_chain(replay_events(run, events), chain)
+    reason = run.halt_reason.value if run.halt_reason else run.status
+    return ReportSections(
+        title=f"fsm-agent incident {esc(run.run_id)}: {esc(reason)}",
+        header=_header(run, report, chain),
+        halt=_halt_section(run),
+        usage=usage_section(events),
+        diagram=_diagram_section(spec, run, events),
+        replay=_replay_section(report),
+        timeline=timeline_section(spec, events, report),
+    )
+
+
 def incident_report(run: RunRow, events: Sequence[Event], chain: ChainReport | None = None) -> str:
     """The whole report for one run as one HTML document (see the module docstring).
 
     Raises `diagram.GraphvizMissing` when no SVG renderer is installed, and `FsmAgentError`
     when the journaled declaration no longer loads or the renderer's SVG is refused.
     """
-    spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
-    report = with_chain(replay_events(run, events), chain)
-    diagram = _diagram_section(spec, run, events)
-    reason = run.halt_reason.value if run.halt_reason else run.status
+    parts = report_sections(run, events, chain)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>fsm-agent incident {esc(run.run_id)}: {esc(reason)}</title>\n"
-        f"<style>{CSS}</style></head>\n<body>\n{_header(run, report, chain)}\n"
-        f"{_halt_section(run)}\n{usage_section(events)}\n"
-        f"{diagram}\n{_replay_section(report)}\n{timeline_section(spec, events, report)}\n"
+        f"<title>{parts.title}</title>\n"
+        f"<style>{CSS}</style></head>\n<body>\n{parts.header}\n"
+        f"{parts.halt}\n{parts.usage}\n"
+        f"{parts.diagram}\n{parts.replay}\n{parts.timeline}\n"
         "<footer class='muted'><p>Written by fsm-agent from the journal alone; "
         "every string above is journal data shown as text.</p></footer>\n</body></html>\n"
     )

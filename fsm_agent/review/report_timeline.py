@@ -115,7 +115,8 @@ def _row(spec: MachineSpec, ev: Event, verdict: str | None) -> str:
          f"{m.elapsed_ms} ms")
     )  # fmt: skip
     replayed = badge(verdict, verdict in ("match", "external")) if verdict else "—"
-    tr = f'<tr class="halt-{"ok" if ev.dest == "done" else "bad"}">' if ev.halt else "<tr>"
+    css = f' class="halt-{"ok" if ev.dest == "done" else "bad"}"' if ev.halt else ""
+    tr = f'<tr id="seq-{ev.seq}" data-seq="{ev.seq}"{css}>'
     return (
         f'{tr}<td class="num">{esc(ev.seq)}</td>'
         f'<td class="num">{esc(m.steps_used)}/{esc(b.max_steps)}</td>'

@@ -1,0 +1,98 @@
+"""`fsm-agent console`: a local web console over the journal (`fsm_agent.console`).
+
+Registered on the `fsm-agent` group by `fsm_agent.cli.main`; a thin layer like the rest of it.
+The server (Starlette, uvicorn) is the optional `console` extra, imported only here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import click
+
+from fsm_agent.cli.group import cli
+from fsm_agent.cli.options import cli_errors, db_option, journal_store, shown
+from fsm_agent.halt import EXIT_INVALID_INPUT
+
+INSTALL_HINT = "the console needs its server: pip install 'fsm-agent[console]'"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _hosts(host: str) -> tuple[str, ...]:
+    """The Host header values the console answers: its loopback names, or any for a host
+    that is not loopback (other machines name it as they know it)."""
+    if is_loopback(host):
+        return tuple(dict.fromkeys((host.strip("[]"), "127.0.0.1", "localhost", "::1")))
+    return ("*",)
+
+
+@cli.command()
+@db_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback exposes the journal.")  # fmt: skip
+@click.option("--port", default=8470, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on (0: any free port, printed).")  # fmt: skip
+@click.option(
+    "--allow-operator-acts",
+    is_flag=True,
+    help="Offer pause, raise-budget and routing freeze on the pages (journaled with who and"
+    " why, as by the CLI). Without it the console cannot write at all.",
+)
+@cli_errors
+def console(db: str, host: str, port: int, allow_operator_acts: bool) -> None:
+    """Serve a local web console over the journal: the runs with filters, each run live
+    and as its incident report, and charts across runs. Read-only unless
+    --allow-operator-acts. Stop it with Ctrl-C."""
+    try:
+        import uvicorn
+
+        from fsm_agent.console.app import build_app
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in ("uvicorn", "starlette", "anyio"):
+            raise
+        click.echo(f"Error: {INSTALL_HINT}", err=True)
+        raise click.exceptions.Exit(EXIT_INVALID_INPUT) from exc
+    if not is_loopback(host):
+        click.echo(
+            f"WARNING: listening on {host}, not loopback: anyone who can reach it reads every"
+            " task, reply and tool result in the journal"
+            + (", and can pause runs and raise their caps" if allow_operator_acts else ""),
+            err=True,
+        )
+    with journal_store(db, must_exist=True, read_only=not allow_operator_acts) as store:
+        app = build_app(store, where=shown(db), acts=allow_operator_acts, hosts=_hosts(host))
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                timeout_graceful_shutdown=1)  # fmt: skip
+        server = uvicorn.Server(config)
+        sock = _listen(host, port)
+        bound = sock.getsockname()[1]
+        mode = "operator acts ON" if allow_operator_acts else "read-only"
+        shown_host = f"[{host}]" if ":" in host else host
+        click.echo(f"fsm-agent console ({mode}) on http://{shown_host}:{bound}/", nl=True)
+        server.run(sockets=[sock])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the server starts (so the URL printed has the
+    port the OS chose for --port 0)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock

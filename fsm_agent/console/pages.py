@@ -1,0 +1,218 @@
+"""The console's HTML pages: the run list, one run, the charts. Every journal string goes
+through `esc` (the report's escaping); nothing from the journal is put in a script, a
+style or an event attribute. The pages load one script and two stylesheets, all from the
+package (`/static/…`); data the script needs comes as JSON from the console's API and is
+shown with `textContent`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlencode
+
+from fsm_agent.console.queries import STATUSES, RunFilters, RunPage, run_cap
+from fsm_agent.halt import HaltReason
+from fsm_agent.journal.store import RunRow
+from fsm_agent.review.report import ReportSections
+from fsm_agent.review.report_html import badge, esc
+from fsm_agent.runtime.budgets import BUDGET_NAMES
+from fsm_agent.runtime.resume import shown_status
+
+#: The task as the list shows it (the run page has all of it).
+TASK_EXCERPT = 120
+
+
+def layout(title: str, page: str, body: str, *, token: str | None, where: str) -> str:
+    """A whole page: `body` inside the console's frame. `token` (write mode only) is the
+    secret an act must send back; None in a read-only console, whose pages cannot act."""
+    meta = f'<meta name="console-token" content="{esc(token)}">\n' if token else ""
+    charts = '<script src="/static/chart.umd.min.js" defer></script>\n' if page == "charts" else ""
+    mode = badge("operator acts on", False) if token else badge("read-only", True)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{title}</title>\n{meta}"
+        '<link rel="stylesheet" href="/static/report.css">\n'
+        '<link rel="stylesheet" href="/static/console.css">\n'
+        f'{charts}<script src="/static/console.js" defer></script>\n</head>\n'
+        f'<body data-page="{esc(page)}">\n<nav class="top"><strong>fsm-agent console</strong>'
+        ' <a href="/">Runs</a> <a href="/charts">Charts</a> '
+        f'{mode} <span class="muted">journal {esc(where)}</span></nav>\n'
+        f"<main>\n{body}\n</main>\n</body></html>\n"
+    )
+
+
+def _options(values: Iterable[str], chosen: str | None, blank: str) -> str:
+    items = [f'<option value="">{esc(blank)}</option>']
+    for v in values:
+        sel = " selected" if v == chosen else ""
+        items.append(f'<option value="{esc(v)}"{sel}>{esc(v)}</option>')
+    return "".join(items)
+
+
+def _field(name: str, label: str, value: str | None, hint: str = "") -> str:
+    return (
+        f'<label>{esc(label)} <input name="{name}" value="{esc(value or "")}"'
+        f' placeholder="{esc(hint)}"></label>'
+    )
+
+
+def filter_form(f: RunFilters, raw: dict[str, str]) -> str:
+    """The run list's filters, as a GET form (each value shown back escaped)."""
+    reasons = _options([r.value for r in HaltReason], raw.get("halt_reason"), "any halt")
+    statuses = _options(STATUSES, f.status, "any status")
+    return (
+        '<form id="filters" class="filters" method="get" action="/">'
+        f"{_field('machine', 'machine', f.machine)}"
+        f'<label>halt reason <select name="halt_reason">{reasons}</select></label>'
+        f'<label>status <select name="status">{statuses}</select></label>'
+        f"{_field('since', 'since', raw.get('since'), '2d, 2025-01-31')}"
+        f"{_field('until', 'until', raw.get('until'), '12h, ISO time')}"
+        f"{_field('text', 'task contains', f.text)}"
+        '<button type="submit">Filter</button> <a href="/">clear</a></form>'
+    )
+
+
+def _run_row(r: RunRow) -> str:
+    status = shown_status(r)
+    reason = r.halt_reason.value if r.halt_reason else "—"
+    ok = r.halt_reason is HaltReason.COMPLETED
+    task = r.task if len(r.task) <= TASK_EXCERPT else r.task[:TASK_EXCERPT] + "…"
+    return (
+        f'<tr data-run="{esc(r.run_id)}"><td><a href="/runs/{esc(r.run_id)}">'
+        f"<code>{esc(r.run_id)}</code></a></td><td>{esc(r.machine)}</td>"
+        f'<td><span class="status s-{esc(status)}">{esc(status)}</span></td>'
+        f"<td>{badge(reason, ok) if r.halt_reason else '—'}</td>"
+        f'<td class="num">{r.steps_used}/{run_cap(r)}</td>'
+        f'<td class="nowrap">{esc(r.started_at)}</td><td class="task">{esc(task)}</td></tr>'
+    )
+
+
+def runs_page(page: RunPage, f: RunFilters, raw: dict[str, str], acts: str, error: str) -> str:
+    """The list body: filters, a page of runs, and the link to the next page."""
+    rows = "".join(_run_row(r) for r in page.runs)
+    head = (
+        "<tr><th>run</th><th>machine</th><th>status</th><th>halt</th><th>steps</th>"
+        "<th>started (UTC)</th><th>task</th></tr>"
+    )
+    empty = "" if page.runs else '<p class="muted" id="no-runs">no runs match</p>'
+    more = ""
+    if page.next_cursor is not None:
+        kept = {k: v for k, v in raw.items() if k not in ("before_at", "before_id") and v}
+        at, rid = page.next_cursor
+        query = urlencode({**kept, "before_at": at, "before_id": rid})
+        more = f'<a id="next-page" rel="next" href="/?{esc(query)}">next page →</a>'
+    problem = f'<p class="bad" id="filter-error">{esc(error)}</p>' if error else ""
+    return (
+        f"<h1>Runs</h1>{filter_form(f, raw)}{problem}{acts}"
+        f'<table id="runs"><thead>{head}</thead><tbody>{rows}</tbody></table>'
+        f'{empty}<p class="pager">{more}</p>'
+    )
+
+
+def _meter(m: dict[str, Any]) -> str:
+    name = esc(m["name"])
+    return (
+        f'<div class="meter" data-meter="{name}"><span class="m-name">{name}</span>'
+        f' <progress value="{esc(min(m["used"], m["budget"]))}" max="{esc(m["budget"])}">'
+        f'</progress> <span class="m-text">{esc(m["used"])} / {esc(m["budget"])}</span></div>'
+    )
+
+
+def live_panel(state: dict[str, Any]) -> str:
+    """The run now: state, step n/max, each meter against its budget, wall clock left.
+    The script keeps it up to date from the run's event stream while the run is live."""
+    meters = "".join(_meter(m) for m in state["meters"])
+    halt = state["halt_reason"] or "—"
+    log = (
+        ""
+        if state["ended"]
+        else '<h3>Transitions since this page was drawn</h3><ol id="live-log"></ol>'
+        f'<p class="muted">The report below is as of seq {state["seq"]}; it is drawn again'
+        " when the run ends.</p>"
+    )
+    return (
+        f'<section id="live" data-ended="{int(state["ended"])}"><h2>Now</h2>'
+        f'<p class="live-line"><span id="live-status" class="status s-{esc(state["status"])}">'
+        f'{esc(state["status"])}</span> in <code id="live-state">{esc(state["state"])}</code>'
+        f' · <strong id="live-step">step {state["steps_used"]}/{state["max_steps"]}</strong>'
+        f' · wall clock left <span id="live-left">{state["wall_clock_left_ms"] // 1000} s</span>'
+        f' · halt <span id="live-halt">{esc(halt)}</span> · seq <span id="live-seq">'
+        f'{state["seq"]}</span></p><div id="meters">{meters}</div>{log}</section>'
+    )
+
+
+def _act_form(act: str, title: str, fields: str, run_id: str | None) -> str:
+    target = f'<input type="hidden" name="run_id" value="{esc(run_id)}">' if run_id else ""
+    return (
+        f'<form class="act" data-act="{act}"><h3>{esc(title)}</h3>{target}{fields}'
+        '<label>why <input name="why" required></label>'
+        '<label>who <input name="who" placeholder="login name"></label>'
+        f'<button type="submit">{esc(title)}</button><output></output></form>'
+    )
+
+
+def run_acts(run_id: str) -> str:
+    """The acts on one live run (write mode only)."""
+    caps = "".join(
+        f'<label>{n} <input name="cap:{n}" inputmode="decimal"></label>' for n in BUDGET_NAMES
+    )
+    return (
+        '<section id="acts"><h2>Operator acts</h2>'
+        + _act_form("pause", "Pause", "", run_id)
+        + _act_form("raise-budget", "Raise budget", caps, run_id)
+        + "</section>"
+    )
+
+
+def routing_acts() -> str:
+    """Routing freeze and its lift, for every run on the journal (write mode only)."""
+    return (
+        '<section id="acts"><h2>Operator acts</h2>'
+        + _act_form("freeze-routing", "Freeze routing", "", None)
+        + _act_form("unfreeze-routing", "Unfreeze routing", "", None)
+        + "</section>"
+    )
+
+
+def run_page(run_id: str, parts: ReportSections | None, problem: str, live: str, acts: str) -> str:
+    """One run: the live panel, its acts, the report's parts and the step viewer."""
+    stepper = (
+        '<section id="stepper"><h2>Step through the transitions</h2>'
+        '<p class="muted">j / ↓ / → next · k / ↑ / ← previous · or click a row below</p>'
+        '<div id="step-detail" aria-live="polite"><p class="muted">no step chosen</p></div>'
+        "</section>"
+    )
+    if parts is None:
+        report = f'<p class="bad" id="report-error">{esc(problem)}</p>'
+        return f'<div id="run" data-run="{esc(run_id)}">{live}{acts}{report}</div>'
+    return (
+        f'<div id="run" data-run="{esc(run_id)}">{parts.header}{live}{acts}{parts.halt}'
+        f"{parts.usage}{parts.diagram}{parts.replay}{stepper}{parts.timeline}</div>"
+    )
+
+
+def charts_page(since: str) -> str:
+    """The charts' frames; the script draws them from `/api/charts`."""
+    panels = (
+        ("over-time", "Halt reasons over time"),
+        ("per-machine", "Halt reasons per machine"),
+        ("steps-share", "steps_used / max_steps of halted runs"),
+        ("cost", "Cost and tokens per run (newest runs)"),
+        ("tools", "Slowest tools (newest halted runs)"),
+    )
+    charts = "".join(
+        f'<figure class="chart"><figcaption>{esc(t)}</figcaption>'
+        f'<canvas id="chart-{k}" width="640" height="300"></canvas></figure>'
+        for k, t in panels
+    )
+    return (
+        '<h1>Across runs</h1><form class="filters" method="get" action="/charts">'
+        f"{_field('since', 'runs started since', since, '7d')}"
+        '<button type="submit">Show</button></form>'
+        f'<p id="charts-summary" class="muted" data-since="{esc(since)}">loading…</p>'
+        f'<div class="charts">{charts}</div>'
+        '<table id="tools-table"><thead><tr><th>tool</th><th>calls</th><th>total ms</th>'
+        "<th>max ms</th></tr></thead><tbody></tbody></table>"
+    )

@@ -1,0 +1,218 @@
+"""The console's endpoints: the pages, the JSON its script reads, the live stream and (in
+write mode only) the acts. Every journal read goes through `Journal.read` (one worker
+thread at a time on the console's one connection).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from fsm_agent.console import acts as console_acts
+from fsm_agent.console import pages
+from fsm_agent.console.live import live_state, stream
+from fsm_agent.console.queries import (
+    STATUSES,
+    RunFilters,
+    ToolTimes,
+    chart_data,
+    run_page,
+    step_detail,
+)
+from fsm_agent.errors import FsmAgentError, InvalidInputError
+from fsm_agent.halt import HaltReason
+from fsm_agent.journal.store import Store
+from fsm_agent.review.report_html import CSS as REPORT_CSS
+from fsm_agent.review.report_html import esc
+from fsm_agent.run_ids import RunNotFound
+
+T = TypeVar("T")
+#: The charts' window when the page names none.
+DEFAULT_SINCE = "7d"
+
+
+class Journal:
+    """The console's one store, read by one worker thread at a time (a SQLite connection
+    is not for concurrent use)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.lock = threading.Lock()
+        self.tools = ToolTimes()
+
+    def _locked(self, fn: Callable[[Store], T]) -> T:
+        with self.lock:
+            return fn(self.store)
+
+    def read(self, fn: Callable[[Store], T]) -> Awaitable[T]:
+        """`fn(store)` in a worker thread, under the lock."""
+        return anyio.to_thread.run_sync(self._locked, fn)
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    """JSON with `<`, `>`, `&` escaped: safe even if a browser were to sniff it."""
+    text = json.dumps(data, ensure_ascii=True, default=str)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return Response(text, status_code=status, media_type="application/json")
+
+
+def _filters(q: dict[str, str]) -> tuple[RunFilters, tuple[str, str] | None]:
+    """The run list's filters and cursor from its query string (`InvalidInputError`)."""
+    from fsm_agent.review.stats import time_key
+
+    reason = q.get("halt_reason") or None
+    status = q.get("status") or None
+    if reason is not None and reason not in {r.value for r in HaltReason}:
+        raise InvalidInputError(f"no halt reason {reason!r}")
+    if status is not None and status not in STATUSES:
+        raise InvalidInputError(f"no status {status!r}")
+    since, until = q.get("since") or None, q.get("until") or None
+    f = RunFilters(
+        machine=q.get("machine") or None,
+        halt_reason=HaltReason(reason) if reason else None,
+        status=status,
+        since=None if since is None else time_key(since, what="since"),
+        until=None if until is None else time_key(until, what="until"),
+        text=q.get("text") or None,
+    )
+    at, rid = q.get("before_at"), q.get("before_id")
+    return f, (at, rid) if at and rid else None
+
+
+def _run_body(store: Store, run_id: str, acts: bool) -> str:
+    """One run's page body: its live panel, its acts, the report's parts."""
+    from fsm_agent.journal.chain import verify_run
+    from fsm_agent.journal.chain_key import key_from_env
+    from fsm_agent.review.report import report_sections
+
+    run = store.get_run(run_id)
+    events = store.events(run_id)
+    state = live_state(store, run_id)
+    parts, problem = None, ""
+    try:
+        parts = report_sections(run, events, verify_run(store, run_id, key=key_from_env()))
+    except FsmAgentError as exc:
+        problem = f"the report cannot be drawn: {exc}"
+    act_forms = pages.run_acts(run_id) if acts and not state["ended"] else ""
+    return pages.run_page(run_id, parts, problem, pages.live_panel(state), act_forms)
+
+
+class Endpoints:
+    """The console's routes over one journal; `guard` (None: read-only) lets acts in."""
+
+    def __init__(self, journal: Journal, where: str, guard: console_acts.Guard | None) -> None:
+        self.journal = journal
+        self.where = where
+        self.guard = guard
+
+    def routes(self) -> list[Route]:
+        """Every route; the act route only in write mode."""
+        found = [
+            Route("/", self.runs),
+            Route("/runs/{run_id}", self.one_run),
+            Route("/charts", self.charts),
+            Route("/api/runs/{run_id}/events/{seq:int}", self.step),
+            Route("/api/runs/{run_id}/live", self.live),
+            Route("/api/charts", self.charts_api),
+            Route("/static/report.css", self.report_css),
+        ]
+        if self.guard is not None:
+            found.append(Route("/acts/{act}", self.act, methods=["POST"]))
+        return found
+
+    def _html(self, title: str, page: str, body: str, status: int = 200) -> HTMLResponse:
+        token = self.guard.token if self.guard else None
+        text = pages.layout(title, page, body, token=token, where=self.where)
+        return HTMLResponse(text, status_code=status)
+
+    async def runs(self, request: Request) -> Response:
+        """The run list: filters, one page, the next page's link."""
+        raw = dict(request.query_params.items())
+        error = ""
+        try:
+            f, cursor = _filters(raw)
+        except InvalidInputError as exc:
+            f, cursor, error = RunFilters(), None, str(exc)
+        found = await self.journal.read(lambda s: run_page(s, f, cursor))
+        acts = pages.routing_acts() if self.guard else ""
+        body = pages.runs_page(found, f, raw, acts, error)
+        return self._html("fsm-agent console: runs", "runs", body, 400 if error else 200)
+
+    async def one_run(self, request: Request) -> Response:
+        """One run: live panel, acts, report, step viewer."""
+        run_id = request.path_params["run_id"]
+        acts = self.guard is not None
+        try:
+            body = await self.journal.read(lambda s: _run_body(s, run_id, acts))
+        except RunNotFound:
+            return self._html("no such run", "run", "<h1>No such run</h1>", 404)
+        return self._html(f"fsm-agent run {esc(run_id)}", "run", body)
+
+    async def step(self, request: Request) -> Response:
+        """One journaled transition as JSON (the step viewer's)."""
+        run_id, seq = request.path_params["run_id"], int(request.path_params["seq"])
+        try:
+            data = await self.journal.read(lambda s: step_detail(s.events(run_id), seq))
+        except RunNotFound:
+            data = None
+        if data is None:
+            return json_response({"error": "no such step"}, 404)
+        return json_response(data)
+
+    async def live(self, request: Request) -> Response:
+        """The run's state as Server-Sent Events until it ends."""
+        run_id = request.path_params["run_id"]
+        try:
+            await self.journal.read(lambda s: s.get_run(run_id))
+        except RunNotFound:
+            return json_response({"error": "no such run"}, 404)
+        return StreamingResponse(
+            stream(self.journal.read, run_id), media_type="text/event-stream",
+            headers={"x-accel-buffering": "no"},
+        )  # fmt: skip
+
+    async def charts(self, request: Request) -> Response:
+        """The charts' page (the script fetches their data)."""
+        since = request.query_params.get("since") or DEFAULT_SINCE
+        return self._html("fsm-agent console: charts", "charts", pages.charts_page(since))
+
+    async def charts_api(self, request: Request) -> Response:
+        """The charts' data for the runs started since `since`."""
+        from fsm_agent.review.stats import time_key
+
+        try:
+            since = time_key(request.query_params.get("since") or DEFAULT_SINCE)
+        except InvalidInputError as exc:
+            return json_response({"error": str(exc)}, 400)
+        tools = self.journal.tools
+        return json_response(await self.journal.read(lambda s: chart_data(s, since, tools)))
+
+    async def report_css(self, request: Request) -> Response:
+        """The incident report's stylesheet, the one the offline report inlines."""
+        return Response(REPORT_CSS, media_type="text/css")
+
+    async def act(self, request: Request) -> Response:
+        """An operator act, if the request passes the guard (403 otherwise)."""
+        if self.guard is None:  # never: the route exists only with a guard
+            return json_response({"error": "this console is read-only"}, 404)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        try:
+            self.guard.check(request.method, headers, request.url.scheme)
+        except console_acts.Refused as exc:
+            return json_response({"error": str(exc)}, 403)
+        name = request.path_params["act"]
+        try:
+            body = json.loads(await request.body())
+            if not isinstance(body, dict):
+                raise InvalidInputError("the body must be a JSON object")
+            done = await self.journal.read(lambda s: console_acts.perform(s, name, body))
+        except (ValueError, FsmAgentError) as exc:
+            return json_response({"error": str(exc)}, 400)
+        return json_response(done)

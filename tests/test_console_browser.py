@@ -1,0 +1,334 @@
+"""The console in a real headless browser (Debian chromium driven by Playwright), served by a
+real `fsm-agent console` process over a real SQLite journal: the run list and its
+filters, stepping through a run with the keyboard, the charts, a live run moved one
+transition at a time by another process, an operator act from the page (journaled, shown
+by `fsm-agent show`), its refusal in a read-only console and from another origin, and
+hostile journal text that stays text. No request leaves the console's origin.
+
+Skips when chromium or Playwright is missing; CI sets FSM_AGENT_BROWSER_TESTS=require.
+Set FSM_AGENT_CONSOLE_SCREENSHOT=docs/console.png to write the README's screenshot (from
+`test_a_live_run_moves_step_by_step_while_another_process_writes_it`; otherwise it goes
+to the test's tmp directory).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from fsm_agent.errors import JournalError, NotAJournal
+from fsm_agent.stores.sqlite import SqliteStore
+from tests.browser_page import Watched, launch_chromium, watched_page
+from tests.browser_runs import SCRIPT, hostile_run, journaled
+from tests.console_live_child import HOSTILE_OUTPUT
+from tests.console_server import Console, console
+from tests.lab import lab_run
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_PROBLEMS: dict[str, list[str]] = {"blocked": [], "errors": [], "dialogs": []}
+SEARCH = {"tool_call": {"name": "search", "args": {"q": "refund window"}}}
+MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
+WAIT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    yield from launch_chromium()
+
+
+@pytest.fixture(scope="module")
+def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("console-browser")
+    journaled(tmp, [SEARCH, {"answer": "30 days"}], run_id="done-run")
+    hostile_run(tmp)
+    db = tmp / "journal.db"
+    lab_run(tmp, [MISS] * 3, store=db, budgets={"max_steps": 2}, run_id="capped-run")
+    return db
+
+
+@pytest.fixture(scope="module")
+def read_only(journal: Path) -> Iterator[Console]:
+    with console(journal) as c:
+        yield c
+
+
+def page_on(browser: Browser, c: Console) -> Watched:
+    """A watched page that may talk to the console's origin and nothing else."""
+    return watched_page(browser, allowed=(c.url + "/",))
+
+
+def _hostile_id(journal: Path) -> str:
+    store = SqliteStore(journal, read_only=True)
+    try:
+        (run,) = [r for r in store.list_runs(None) if SCRIPT in r.task]
+        return run.run_id
+    finally:
+        store.close()
+
+
+def test_the_run_list_filters_in_the_browser(browser: Browser, read_only: Console) -> None:
+    seen = page_on(browser, read_only)
+    try:
+        page = seen.page
+        page.goto(read_only.url + "/")
+        rows = page.locator("#runs tbody tr")
+        assert rows.count() == 3
+        page.select_option("select[name=halt_reason]", "max_steps")
+        page.click("#filters button[type=submit]")
+        page.wait_for_url("**/?*halt_reason=max_steps*")
+        assert [rows.nth(i).get_attribute("data-run") for i in range(rows.count())] == [
+            "capped-run"
+        ]
+        page.goto(read_only.url + "/")
+        page.fill("input[name=text]", "</td><img")  # hostile text as a filter
+        page.click("#filters button[type=submit]")
+        page.wait_for_load_state()
+        assert rows.count() == 1
+        assert page.input_value("input[name=text]") == "</td><img"
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+        assert page.locator("#runs img").count() == 0
+        assert SCRIPT in (page.locator("#runs td.task").first.text_content() or "")
+        assert seen.problems() == NO_PROBLEMS
+    finally:
+        seen.close()
+
+
+def test_stepping_through_a_run_with_the_keyboard(
+    browser: Browser, read_only: Console, journal: Path
+) -> None:
+    seen = page_on(browser, read_only)
+    try:
+        page = seen.page
+        page.goto(f"{read_only.url}/runs/{_hostile_id(journal)}")
+        detail = page.locator("#step-detail")
+        for key, seq in (("j", "0"), ("j", "1"), ("ArrowDown", "2"), ("k", "1"),
+                         ("ArrowRight", "2"), ("ArrowLeft", "1")):  # fmt: skip
+            page.keyboard.press(key)
+            page.wait_for_function(
+                "s => document.getElementById('step-detail').dataset.seq === s", arg=seq
+            )
+            assert page.locator("#timeline tr.current").get_attribute("data-seq") == seq
+        text = detail.text_content() or ""
+        for part in ("guards", "snapshot", "reply", SCRIPT):
+            assert part in text, part
+        for _ in range(8):  # every step, the tool call's hostile args too
+            page.keyboard.press("j")
+        page.wait_for_timeout(300)
+        assert detail.locator("img, script").count() == 0
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+        assert page.locator("#halt").is_visible()
+        assert page.locator("#diagram svg").count() == 1
+        assert "replay: proven" in (page.locator("#replay").text_content() or "")
+        assert seen.problems() == NO_PROBLEMS
+    finally:
+        seen.close()
+
+
+def test_the_charts_draw_from_the_package_alone(browser: Browser, read_only: Console) -> None:
+    seen = page_on(browser, read_only)
+    try:
+        page = seen.page
+        page.goto(read_only.url + "/charts?since=1d")
+        page.wait_for_function(
+            "() => document.getElementById('charts-summary').textContent.startsWith('3 runs')"
+        )
+        drawn = page.evaluate(
+            "Array.from(document.querySelectorAll('canvas')).map(c => Boolean(Chart.getChart(c)))"
+        )
+        assert drawn == [True] * 5
+        assert page.locator("#tools-table tbody tr").count() >= 2  # search, lookup
+        assert all(u.startswith(read_only.url + "/") for u in seen.requests)
+        assert seen.problems() == NO_PROBLEMS
+    finally:
+        seen.close()
+
+
+def _start_child(db: Path, gates: Path, run_id: str, steps: int) -> subprocess.Popen[str]:
+    gates.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(ROOT / "tests" / "console_live_child.py"), "--db", str(db),
+           "--gates", str(gates), "--run-id", run_id, "--steps", str(steps)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until the run's first transition is journaled
+        if db.exists():
+            try:
+                store = SqliteStore(db, read_only=True)
+            except (JournalError, NotAJournal):  # being created this instant
+                time.sleep(0.05)
+                continue
+            try:
+                if store.run_ids_from(run_id, 1) and store.last_event(run_id).seq >= 1:
+                    return child
+            finally:
+                store.close()
+        assert child.poll() is None, child.communicate()
+        time.sleep(0.05)
+    child.kill()
+    raise AssertionError("the live run did not start")
+
+
+def _screenshot_path(tmp_path: Path) -> Path:
+    wanted = os.environ.get("FSM_AGENT_CONSOLE_SCREENSHOT")
+    path = Path(wanted) if wanted else tmp_path / "console.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.mark.slow
+def test_a_live_run_moves_step_by_step_while_another_process_writes_it(
+    browser: Browser, tmp_path: Path
+) -> None:
+    db, gates = tmp_path / "fsm-agent.db", tmp_path / "gates"
+    child = _start_child(db, gates, "live-run", steps=3)
+    try:
+        with console(db, beside=True) as c:
+            seen = page_on(browser, c)
+            try:
+                page = seen.page
+                page.goto(c.url + "/runs/live-run")
+                step = page.locator("#live-step")
+                assert step.text_content() == "step 1/6"
+                assert page.locator("#live-status").text_content() == "running"
+                for k in (1, 2):
+                    (gates / f"go-{k}").touch()
+                    page.wait_for_function(
+                        "s => document.getElementById('live-step').textContent === s",
+                        arg=f"step {k + 1}/6", timeout=WAIT_MS,
+                    )  # fmt: skip
+                meter = page.locator('.meter[data-meter="steps"] .m-text')
+                assert meter.text_content() == "3 / 6"
+                logged = page.locator("#live-log li").all_text_contents()
+                assert logged, "no transition was pushed to the page"
+                assert all(line.startswith("seq ") and " → " in line for line in logged)
+                page.screenshot(path=str(_screenshot_path(tmp_path)), full_page=False)
+                (gates / "go-3").touch()
+                page.wait_for_function(
+                    "() => document.getElementById('live').dataset.ended === '1'"
+                    " && document.getElementById('live-status').textContent === 'halted'",
+                    timeout=WAIT_MS,
+                )
+                page.wait_for_selector("#halt .badge.halt", timeout=WAIT_MS)  # reloaded
+                assert "completed" in (page.locator("#halt").text_content() or "")
+                assert HOSTILE_OUTPUT in (page.locator("#timeline").text_content() or "")
+                assert page.locator("#timeline img, #timeline b").count() == 0
+                assert seen.problems() == NO_PROBLEMS
+            finally:
+                seen.close()
+        assert child.wait(timeout=60) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+#: A page of another site that tries to act through the console the browser can reach:
+#: a script's POST (no-cors: the only kind it may send without asking) and a form's.
+ATTACK = """<!DOCTYPE html><html><body>
+<form id="f" method="POST" action="{url}/acts/pause" enctype="text/plain">
+<input name='{{"run_id": "live-run", "why": "csrf", "x": "' value='"}}'></form>
+<script>
+fetch("{url}/acts/freeze-routing", {{method: "POST", mode: "no-cors",
+  headers: {{"Content-Type": "text/plain"}}, body: '{{"why": "csrf"}}'}})
+  .finally(() => document.getElementById("f").submit());
+</script></body></html>"""
+
+
+def _attack(browser: Browser, c: Console) -> None:
+    """Open ATTACK from http://attacker.test (served by the test itself) and let it try."""
+    seen = watched_page(browser, allowed=(c.url + "/",))
+    try:
+        html = ATTACK.format(url=c.url)
+        seen.page.route(
+            "http://attacker.test/**",
+            lambda route: route.fulfill(status=200, content_type="text/html", body=html),
+        )
+        seen.page.goto("http://attacker.test/")
+        seen.page.wait_for_url(c.url + "/acts/pause", timeout=WAIT_MS)
+        assert "wrong console token" in (seen.page.text_content("body") or "")
+        assert seen.dialogs == []
+    finally:
+        seen.close()
+
+
+def _act_count(db: Path) -> int:
+    store = SqliteStore(db, read_only=True)
+    try:
+        return len(store.controls("live-run"))
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_an_operator_act_from_the_page_is_journaled_like_the_cli(
+    browser: Browser, tmp_path: Path
+) -> None:
+    db, gates = tmp_path / "acts.db", tmp_path / "gates"
+    child = _start_child(db, gates, "live-run", steps=3)
+    try:
+        with console(db) as ro:  # read-only: no form, and a POST finds no route
+            seen = page_on(browser, ro)
+            seen.page.goto(ro.url + "/runs/live-run")
+            assert seen.page.locator("form.act").count() == 0
+            status = seen.page.evaluate(
+                "fetch('/acts/pause', {method: 'POST', headers: {'Content-Type':"
+                " 'application/json'}, body: JSON.stringify({run_id: 'live-run', why: 'x'})})"
+                ".then(r => r.status)"
+            )
+            assert status in (404, 405)
+            seen.close()
+        with console(db, "--allow-operator-acts") as c:
+            _attack(browser, c)
+            assert _act_count(db) == 0
+            seen = page_on(browser, c)
+            page = seen.page
+            page.goto(c.url + "/runs/live-run")
+            raising = page.locator('form.act[data-act="raise-budget"]')
+            raising.locator("input[name='cap:max_steps']").fill("9")
+            raising.locator("input[name=why]").fill("the furnace needs longer")
+            raising.locator("input[name=who]").fill("ops-bob")
+            raising.locator("button").click()
+            page.wait_for_function(
+                "() => document.querySelector('form.act[data-act=raise-budget] output')"
+                ".textContent.startsWith('raise-budget #')"
+            )
+            form = page.locator('form.act[data-act="pause"]')
+            form.locator("input[name=why]").fill("incident 42: <b>stop</b>")
+            form.locator("input[name=who]").fill("ops-alice")
+            form.locator("button").click()
+            page.wait_for_function(
+                "() => document.querySelector('form.act[data-act=pause] output')"
+                ".textContent.startsWith('pause of live-run queued')"
+            )
+            assert _act_count(db) == 2
+            (gates / "go-1").touch()  # the run reaches its next model call and pauses
+            page.wait_for_function(
+                "() => document.getElementById('live-status').textContent === 'paused'",
+                timeout=WAIT_MS,
+            )
+            assert seen.problems() == NO_PROBLEMS
+            seen.close()
+        assert child.wait(timeout=60) == 75
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    shown = subprocess.run(
+        [sys.executable, "-m", "fsm_agent", "show", "live-run", "--db", str(db)],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert "pause" in shown
+    assert "ops-alice" in shown
+    assert "incident 42: <b>stop</b>" in shown
+    assert "raise-budget by ops-bob: max_steps 6 -> 9; why: the furnace needs longer" in shown
