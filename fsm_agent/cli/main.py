@@ -275,5 +275,6 @@ from fsm_agent.cli import queue as cli_queue  # noqa: E402, F401
 from fsm_agent.cli import review as cli_review  # noqa: E402, F401
 from fsm_agent.cli import runs as cli_runs  # noqa: E402, F401
 from fsm_agent.cli import schema as cli_schema  # noqa: E402, F401
+from fsm_agent.cli import simulate as cli_simulate  # noqa: E402, F401
 
 __all__ = ["cli", "main"]

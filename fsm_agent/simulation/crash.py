@@ -3,9 +3,10 @@ and it may die at a chosen journal write.
 
 `SimStore` wraps the simulation's journal for one process (a run, or a resume of it). It
 stamps what the runtime would take from the host — the events' and the run's wall times,
-the owner's pid and host, the pid in a resume's note — with the virtual clock's reading and
-no owner, so the same tape gives the same journal byte for byte. A run owned by no pid is
-one whose process is gone (`fsm_agent.runtime.resume.liveness`), as after a real kill.
+the owner's pid and host, the pid in a resume's note, the journal a record names — with the
+virtual clock's reading, no owner and a fixed name, so the same tape gives the same journal
+byte for byte. A run owned by no pid is one whose process is gone
+(`fsm_agent.runtime.resume.liveness`), as after a real kill.
 
 `crash_at=N`: the process dies just before its Nth write (1 = the run's first). The write
 raises `SimulatedCrash`, and so does every later call on this store: nothing more reaches
@@ -31,6 +32,8 @@ from fsm_agent.simulation.clock import VirtualClock
 
 #: The note a simulated resume journals (a real one names its pid and host).
 RESUMED_NOTE = "resumed by the simulation"
+#: The journal a simulated run's record names (a real one names the file or DSN).
+LOCATION = "simulation"
 
 
 class SimulatedCrash(BaseException):
@@ -49,6 +52,10 @@ class SimStore:
         self.writes = 0
         self.dead = False
         self._started: dict[str, str] = {}  # run id -> its virtual start, once written here
+
+    @property
+    def location(self) -> str:
+        return LOCATION
 
     def as_store(self) -> Store:
         """This view, typed as the journal it stands for."""

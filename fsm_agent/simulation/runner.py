@@ -70,9 +70,10 @@ class Simulator:
         self.stage = Stage()
         self.model = SimModel(self.stage)
         self.tools = simulated_tools(self.stage, tools)
-        #: the writes a drawn crash may land on: 1 .. this (enough for every step's commits)
         self.budgets = make_budgets(spec.budgets)
-        self.crash_span = 3 * self.budgets.max_steps + 6
+        #: the writes a drawn crash may land on: 1 .. this (a run commits once or twice a
+        #: step, so most drawn crashes land inside the run)
+        self.crash_span = 2 * self.budgets.max_steps
 
     def simulate(self, run_id: str, tape: Tape, index: int = 0) -> RunOutcome:
         """Simulate one run from `tape`, resume it if it crashed, check it."""
