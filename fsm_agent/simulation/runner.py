@@ -74,6 +74,8 @@ class Simulator:
         #: the writes a drawn crash may land on: 1 .. this (a run commits once or twice a
         #: step, so most drawn crashes land inside the run)
         self.crash_span = 2 * self.budgets.max_steps
+        #: the calls the world saw in the last run simulated (its ledger)
+        self.last_ledger: tuple[tuple[str, str], ...] = ()
 
     def simulate(self, run_id: str, tape: Tape, index: int = 0) -> RunOutcome:
         """Simulate one run from `tape`, resume it if it crashed, check it."""
@@ -90,6 +92,7 @@ class Simulator:
             pass
         except FsmAgentError as exc:
             problems.append(Violation("named_halt", f"the run raised {type(exc).__name__}: {exc}"))
+        self.last_ledger = tuple(world.ledger)
         crashed = crash_at if view.dead else None
         if view.dead and view.writes <= 1:  # its first write never landed
             self.stage.world = None
