@@ -308,6 +308,14 @@ def test_bad_input_exits_2_saying_why(args: list[str], message: str) -> None:
     assert message in result.output
 
 
+def test_a_journal_that_holds_runs_is_refused(tmp_path: Path) -> None:
+    args = ["simulate", "agent_loop", "--tools", LAB_TOOLS, "--runs", "3", "-q"]
+    assert invoke(*args, "--db", str(tmp_path / "j.db")).exit_code == 0
+    again = CliRunner().invoke(cli, [*args, "--db", str(tmp_path / "j.db")])
+    assert again.exit_code == 2
+    assert "already holds runs" in again.output
+
+
 def test_progress_goes_to_stderr_and_the_summary_to_stdout(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         cli, ["simulate", "agent_loop", "--tools", LAB_TOOLS, "--runs", "40", "--seed", "2"]

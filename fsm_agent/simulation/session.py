@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from fsm_agent.declaration.spec import MachineSpec
+from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal.runfile import export_run, write_run_file
 from fsm_agent.runtime.tools import ToolRegistry
 from fsm_agent.simulation.invariants import INVARIANTS
@@ -99,6 +100,10 @@ def journal_at(path: str | None) -> Iterator[SqliteStore]:
     if path is not None:
         store = SqliteStore(path)
         try:
+            if store.latest_run_id() is not None:  # simulated run ids would collide
+                raise InvalidInputError(
+                    f"{path} already holds runs: give --db a new file for a simulation"
+                )
             yield store
         finally:
             store.close()
