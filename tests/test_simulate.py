@@ -213,7 +213,7 @@ def test_completing_without_receipts_fails_and_shrinks_to_a_run_file(tmp_path: P
     assert not data["ok"]
     first = data["failures"][0]
     assert first["shrunk"]  # 0 ms, then a bare answer
-    assert first["shrunk_tape"] == [0, 40]
+    assert first["shrunk_tape"] == [0, 0, 40]  # 0 ms, $0, then a bare answer
     path = Path(first["run_file"])
     run_file = read_run_file(path)
     assert [e.trigger for e in run_file.events] == [None, "answer"]  # one step, minimal

@@ -8,7 +8,9 @@ the tool's signature refuses, an empty reply, a failed call, handoffs, answers t
 a receipted value (grounded) or a number nothing returned (not grounded). Tool results are
 200 with an id (with or without the goal value), 206 with an empty id, 200 with an empty
 id, a non-2xx receipt, no receipt, retryable and fatal errors, an unexpected exception, and
-a hang: the virtual clock jumps past the tool's timeout during the call. Draw 0 of each
+a hang: the virtual clock jumps past the tool's timeout during the call. Each model call
+also takes a drawn time (0 to 950 ms) and costs a drawn amount ($0 to $0.20), so the wall
+clock and cost budgets trip too. Draw 0 of each
 choice is the plain path (a valid call, a 200 with the goal), so a shrunk tape is simple.
 
 The tools' own functions are never called: a simulated tool has the real one's name,
@@ -69,6 +71,10 @@ RESULTS = (
 #: A model call's latency is 50 ms times a draw below this; a tool call's 10 ms times one.
 MODEL_LATENCY_STEPS = 20
 TOOL_LATENCY_STEPS = 10
+#: A model call's cost is this many dollars times a draw below `COST_STEPS` (the canonical
+#: machine's $1.00 cap trips on some runs).
+COST_STEP = 0.05
+COST_STEPS = 5
 
 
 @attrs.define
@@ -82,9 +88,13 @@ class World:
     returned: list[str] = attrs.field(factory=list)
     ledger: list[tuple[str, str]] = attrs.field(factory=list)
 
-    def reply(self, prompt: Prompt) -> Any:
-        """The model's reply to one prompt (see the module docstring)."""
+    def reply(self, prompt: Prompt) -> ModelReply:
+        """The model's reply to one prompt and what it cost (see the module docstring)."""
         self.clock.advance(50 * self.tape.choose(MODEL_LATENCY_STEPS))
+        cost = COST_STEP * self.tape.choose(COST_STEPS)
+        return ModelReply(content=self._content(prompt), cost=cost)
+
+    def _content(self, prompt: Prompt) -> Any:
         kind = REPLIES[self.tape.weighted([w for _, w in REPLIES])][0]
         tools = [t for t in prompt.tool_specs if t.name in prompt.tools]
         if kind == "tool_call" and tools:
@@ -175,7 +185,7 @@ class SimModel:
         self.stage = stage
 
     def __call__(self, prompt: Prompt) -> ModelReply:
-        return ModelReply(content=self.stage.current().reply(prompt))
+        return self.stage.current().reply(prompt)
 
 
 def _simulated(stage: Stage, tool: Tool) -> Callable[..., Any]:
