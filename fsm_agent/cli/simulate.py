@@ -16,7 +16,7 @@ import click
 
 from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import InputProblem, OutputPath, cli_errors, here, json_option
-from fsm_agent.simulation.runner import Crash
+from fsm_agent.simulation.runner import NEVER_STARTED, Crash
 
 #: Exit code of a simulation in which some run broke an invariant.
 EXIT_VIOLATION = 1
@@ -132,6 +132,8 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     width = max((len(k) for k in data["halts"]), default=0)
     for reason, n in data["halts"].items():
         lines.append(f"  {reason:<{width}}  {n:>7}  {'#' * max(1, 40 * n // data['runs'])}")
+    if NEVER_STARTED in data["halts"]:
+        lines.append(f"  ({NEVER_STARTED}: the process died before the run's first write)")
     broken = {k: v for k, v in data["violations"].items() if v}
     lines.append(
         "invariant violations: "
