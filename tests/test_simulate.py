@@ -277,6 +277,16 @@ def test_a_tampered_journal_fails_the_chain_and_the_named_halt(tmp_path: Path) -
     assert "named_halt" in _check(journal, sim, outcome.run_id, ledger)
 
 
+def test_a_run_that_raises_instead_of_halting_is_a_violation(tmp_path: Path) -> None:
+    """A journal that refuses every write: the runtime raises out of `run` (no halt)."""
+    SqliteStore(tmp_path / "j.db").close()
+    read_only = SqliteStore(tmp_path / "j.db", read_only=True)
+    outcome = simulator(read_only).simulate("r0", run_tape(1, 0))
+    assert outcome.halt == "missing"
+    assert [v.invariant for v in outcome.violations] == ["named_halt", "named_halt"]
+    assert "the run raised JournalError" in outcome.violations[0].detail
+
+
 def test_a_payment_the_world_saw_twice_is_a_reissue(tmp_path: Path) -> None:
     journal, sim, outcome = _one_run(tmp_path, "completed")
     ledger = list(sim.last_ledger)

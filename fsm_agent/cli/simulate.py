@@ -20,6 +20,8 @@ from fsm_agent.simulation.runner import NEVER_STARTED, Crash
 
 #: Exit code of a simulation in which some run broke an invariant.
 EXIT_VIOLATION = 1
+#: The largest --seed (a run's id, `sim-SEED-I`, must stay a run id).
+MAX_SEED = 2**63 - 1
 #: How many progress lines a simulation prints at most (on stderr).
 PROGRESS_LINES = 20
 
@@ -65,7 +67,7 @@ def _progress(quiet: bool) -> Any:
               " declarations. Their functions are not called: results are drawn.")  # fmt: skip
 @click.option("--runs", default=1000, show_default=True, type=click.IntRange(min=1),
               help="How many runs to simulate.")  # fmt: skip
-@click.option("--seed", default=0, show_default=True, type=int,
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
               help="The random seed: the same one gives the same runs, byte for byte.")  # fmt: skip
 @click.option("--crash", type=CrashParam(), default=None,
               help="Kill each run's process at a journal write drawn per run (random) or at"

@@ -12,14 +12,14 @@ journal, the same virtual clock going on), as `fsm-agent resume` would after a k
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Literal
 
 import attrs
 
 from fsm_agent.declaration.spec import MachineSpec
-from fsm_agent.errors import FsmAgentError
 from fsm_agent.journal.store import Store
+from fsm_agent.run_ids import RunNotFound
 from fsm_agent.runtime.budgets import make_budgets
 from fsm_agent.runtime.tools import ToolRegistry
 from fsm_agent.runtime.worker import resume_run, run
@@ -78,32 +78,30 @@ class Simulator:
         self.last_ledger: tuple[tuple[str, str], ...] = ()
 
     def simulate(self, run_id: str, tape: Tape, index: int = 0) -> RunOutcome:
-        """Simulate one run from `tape`, resume it if it crashed, check it."""
+        """Simulate one run from `tape`, resume it if it crashed, check it. Anything the
+        runtime raises out of a run or a resume (instead of halting it) is a `named_halt`
+        violation, not the end of the simulation."""
         clock = VirtualClock()
-        world = World(tape, clock, self.budgets.tool_timeout_ms)
-        self.stage.world = world
+        world = self.stage.world = World(tape, clock, self.budgets.tool_timeout_ms)
         crash_at = self._crash_point(tape)
         view = SimStore(self.journal, clock, crash_at)
-        problems: list[Violation] = []
         try:
-            run(self.spec, task=TASK, model=self.model, tools=self.tools, store=view.as_store(),
-                clock=clock, handle_signals=False, run_id=run_id)  # fmt: skip
-        except SimulatedCrash:
-            pass
-        except FsmAgentError as exc:
-            problems.append(Violation("named_halt", f"the run raised {type(exc).__name__}: {exc}"))
-        self.last_ledger = tuple(world.ledger)
-        crashed = crash_at if view.dead else None
-        if view.dead and view.writes <= 1:  # its first write never landed
+            problems = self._start(run_id, view, clock)
+            if view.dead and view.writes > 1:  # its first write landed: there is a run
+                problems += self._resume(run_id, clock)
+        finally:
             self.stage.world = None
+            self.last_ledger = tuple(world.ledger)
+        crashed = crash_at if view.dead else None
+        if view.dead and view.writes <= 1:  # nothing reached the journal
             return RunOutcome(index, run_id, tuple(tape.used), NEVER_STARTED, crashed, ())
-        if view.dead:
-            problems += self._resume(run_id, clock)
-        self.stage.world = None
-        row, broken = check_run(self.journal, run_id, self.spec, world.ledger, self.tools)
-        problems += broken
-        halt = row.halt_reason.value if row.halt_reason is not None else row.status
-        return RunOutcome(index, run_id, tuple(tape.used), halt, crashed, tuple(problems))
+        try:
+            row, broken = check_run(self.journal, run_id, self.spec, world.ledger, self.tools)
+        except RunNotFound:
+            broken, halt = [Violation("named_halt", "the run is not in the journal")], "missing"
+        else:
+            halt = row.halt_reason.value if row.halt_reason is not None else row.status
+        return RunOutcome(index, run_id, tuple(tape.used), halt, crashed, (*problems, *broken))
 
     def _crash_point(self, tape: Tape) -> int | None:
         if self.crash is None:
@@ -113,15 +111,31 @@ class Simulator:
             return point or None
         return self.crash
 
+    def _start(self, run_id: str, view: SimStore, clock: VirtualClock) -> list[Violation]:
+        """The run, in a process that may die at a journal write."""
+        store = view.as_store()
+        return _raised("run", lambda: run(
+            self.spec, task=TASK, model=self.model, tools=self.tools, store=store,
+            clock=clock, handle_signals=False, run_id=run_id))  # fmt: skip
+
     def _resume(self, run_id: str, clock: VirtualClock) -> list[Violation]:
         """A fresh process resumes the run that died."""
-        try:
-            resume_run(run_id, model=self.model, tools=self.tools,
-                       store=SimStore(self.journal, clock).as_store(), clock=clock,
-                       handle_signals=False)  # fmt: skip
-        except FsmAgentError as exc:
-            return [Violation("named_halt", f"its resume raised {type(exc).__name__}: {exc}")]
-        return []
+        store = SimStore(self.journal, clock).as_store()
+        return _raised("resume", lambda: resume_run(
+            run_id, model=self.model, tools=self.tools, store=store, clock=clock,
+            handle_signals=False))  # fmt: skip
+
+
+def _raised(what: str, drive: Callable[[], object]) -> list[Violation]:
+    """Drive a run (or a resume) to its end: nothing, a simulated crash (the process is
+    gone), or else the violation of whatever it raised instead of halting."""
+    try:
+        drive()
+    except SimulatedCrash:
+        pass
+    except Exception as exc:
+        return [Violation("named_halt", f"the {what} raised {type(exc).__name__}: {exc}")]
+    return []
 
 
 def simulate_many(
@@ -135,8 +149,3 @@ def simulate_many(
         if progress is not None:
             progress(index + 1, runs)
     return outcomes
-
-
-def failing(outcomes: Sequence[RunOutcome]) -> list[RunOutcome]:
-    """The runs that broke an invariant."""
-    return [o for o in outcomes if o.violations]
