@@ -21,7 +21,7 @@ from fsm_agent.journal.runfile import export_run, read_run_file, run_file_json
 from fsm_agent.runtime.deadline import Call, run_call
 from fsm_agent.runtime.tools import ToolResult, load_tools
 from fsm_agent.simulation.clock import VirtualClock
-from fsm_agent.simulation.invariants import check_run
+from fsm_agent.simulation.invariants import check_run, reissued
 from fsm_agent.simulation.runner import Crash, RunOutcome, Simulator, run_tape, simulate_many
 from fsm_agent.simulation.session import simulate
 from fsm_agent.simulation.shrink import candidates, normal
@@ -295,6 +295,18 @@ def test_a_payment_the_world_saw_twice_is_a_reissue(tmp_path: Path) -> None:
     read = ("look", '{"q": "a"}')  # a read, or an idempotent call, may be made again
     capture = ("capture", '{"order": "a"}')
     assert "no_reissue" not in _check(journal, sim, outcome.run_id, [*ledger, read, capture])
+
+
+def test_a_payment_journaled_without_its_proposal_is_a_reissue(tmp_path: Path) -> None:
+    """From the journal alone (an empty ledger): a made call no proposal allows."""
+    journal, sim, outcome = _one_run(tmp_path, "completed")
+    events = journal.events(outcome.run_id)
+    assert reissued(sim.spec, events, [], sim.tools) == []
+    proposals = [e for e in events if e.dest == "tool_pending" and e.kind == "transition"]
+    pay = next(e for e in proposals if getattr(e.snapshot.proposal, "name", None) == "pay")
+    [found] = reissued(sim.spec, [e for e in events if e is not pay], [], sim.tools)
+    assert found.invariant == "no_reissue"
+    assert "pay(" in found.detail
 
 
 # --- bad input ---------------------------------------------------------------------------------

@@ -96,8 +96,10 @@ def reissued(
     ledger: Sequence[tuple[str, str]],
     tools: ToolRegistry,
 ) -> list[Violation]:
-    """`no_reissue`: calls made (the ledger) against calls proposed (each journaled entry
-    into a tool state with the model's tool call in its snapshot allows one)."""
+    """`no_reissue`: calls made against calls proposed (each journaled entry into a tool
+    state with the model's tool call in its snapshot allows one), counting the calls made
+    both as the journal has them and as the world saw them (the ledger: a crash may have
+    kept a call's result out of the journal)."""
     proposed: Counter[tuple[str, str]] = Counter()
     for event in events:
         proposal = event.snapshot.proposal
@@ -106,9 +108,15 @@ def reissued(
             key = _key(tools, proposal.name, dict(proposal.args))
             if key is not None:
                 proposed[key] += 1
-    made = Counter(call for call in ledger if _unsafe(tools, call[0]))
+    journaled = Counter(
+        key
+        for key in (_key(tools, o.name, dict(o.args)) for o in made_calls(events))
+        if key is not None and _unsafe(tools, key[0])
+    )
+    seen = Counter(call for call in ledger if _unsafe(tools, call[0]))
+    made = journaled | seen  # the larger count of each
     return [
-        Violation("no_reissue", f"{name}({args}) was called {n} time(s), proposed"
+        Violation("no_reissue", f"{_shown((name, args))} was called {n} time(s), proposed"
                   f" {proposed[(name, args)]}: a call with a side effect was re-issued")
         for (name, args), n in sorted(made.items())
         if n > proposed[(name, args)]
