@@ -11,10 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 from click.testing import CliRunner, Result
 
 from fsm_agent.cli.main import cli
+from fsm_agent.declaration import load
 from fsm_agent.declaration.load import load_machine, machine_path, parse_machine
 from fsm_agent.errors import MachineSpecError
 from fsm_agent.journal.runfile import export_run, read_run_file, run_file_json
@@ -151,8 +153,15 @@ def test_shrink_candidates_are_simpler() -> None:
     assert normal((1, 0, 2, 0, 0)) == (1, 0, 2)
 
 
-def test_a_declaration_is_parsed_once_per_text_whatever_its_name() -> None:
-    assert parse_machine(CANONICAL, source="a") is parse_machine(CANONICAL, source="b")
+def test_a_declaration_is_parsed_once_per_text_whatever_its_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = parse_machine(CANONICAL, source="a")
+    with monkeypatch.context() as patched:
+        patched.setattr(load, "_parse", lambda *args: pytest.fail("parsed again"))
+        second = parse_machine(CANONICAL, source="b")
+    assert (first.source, second.source) == ("a", "b")  # where each says it came from
+    assert attrs.evolve(first, source="b") == second
     with pytest.raises(MachineSpecError, match="first-name"):
         parse_machine("name: [", source="first-name")
     with pytest.raises(MachineSpecError, match="second-name"):

@@ -8,6 +8,8 @@ import importlib.resources
 import os
 from pathlib import Path
 
+import attrs
+
 from fsm_agent.declaration.spec import MachineSpec
 from fsm_agent.errors import MachineSpecError
 
@@ -67,9 +69,9 @@ def parse_machine(
     (see `fsm_agent.declaration.refs`).
 
     A valid declaration is parsed once per process (pure-Python YAML costs ~75 ms for the
-    agent loop): the frozen spec is shared by every later call with the same text, whatever
-    its `source` (which only names it in errors) — a worker that runs, resumes or replays
-    many runs of one machine pays once."""
+    agent loop): every later call with the same text gets that spec, with its own `source`
+    (which names it in errors and places its policy file; nothing else depends on it) — a
+    worker that runs, resumes or replays many runs of one machine pays once."""
     from fsm_agent.declaration.refs import working_directory
 
     mine = () if home is None else (Path(os.path.abspath(home)),)
@@ -80,11 +82,11 @@ def parse_machine(
         if len(_VALID) >= _VALID_MAX:
             _VALID.pop(next(iter(_VALID)))
         _VALID[(text, search)] = spec
-    return spec
+    return spec if spec.source == source else attrs.evolve(spec, source=source)
 
 
-#: Valid declarations by (text, search path): a spec does not depend on the name its text
-#: was given (threads racing here only parse the same text twice).
+#: Valid declarations by (text, search path), as first parsed: the same text given another
+#: source is the same spec with that source (threads racing here only parse a text twice).
 _VALID: dict[tuple[str, tuple[Path, ...]], MachineSpec] = {}
 _VALID_MAX = 64
 
