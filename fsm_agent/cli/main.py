@@ -278,8 +278,8 @@ def main() -> None:
     cli(prog_name="fsm-agent")
 
 
-# The listing, incident-review, operations, schema, check, console and traces commands
-# register themselves on `cli`.
+# The listing, incident-review, operations, schema, check, console, simulate and traces
+# commands register themselves on `cli`.
 from fsm_agent.cli import check as cli_check  # noqa: E402, F401
 from fsm_agent.cli import console as cli_console  # noqa: E402, F401
 from fsm_agent.cli import ops as cli_ops  # noqa: E402, F401
@@ -287,6 +287,7 @@ from fsm_agent.cli import queue as cli_queue  # noqa: E402, F401
 from fsm_agent.cli import review as cli_review  # noqa: E402, F401
 from fsm_agent.cli import runs as cli_runs  # noqa: E402, F401
 from fsm_agent.cli import schema as cli_schema  # noqa: E402, F401
+from fsm_agent.cli import simulate as cli_simulate  # noqa: E402, F401
 from fsm_agent.cli import traces as cli_traces  # noqa: E402, F401
 
 __all__ = ["cli", "main"]

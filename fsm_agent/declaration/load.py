@@ -3,11 +3,12 @@ checked (`fsm_agent.declaration.check`) and parsed once per process."""
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.resources
 import os
 from pathlib import Path
+
+import attrs
 
 from fsm_agent.declaration.spec import MachineSpec
 from fsm_agent.errors import MachineSpecError
@@ -68,15 +69,28 @@ def parse_machine(
     (see `fsm_agent.declaration.refs`).
 
     A valid declaration is parsed once per process (pure-Python YAML costs ~75 ms for the
-    agent loop): the frozen spec is shared by every later call with the same text and
-    source — a worker that runs many runs of one machine pays once."""
+    agent loop): every later call with the same text gets that spec, with its own `source`
+    (which names it in errors and places its policy file; nothing else depends on it) — a
+    worker that runs, resumes or replays many runs of one machine pays once."""
     from fsm_agent.declaration.refs import working_directory
 
     mine = () if home is None else (Path(os.path.abspath(home)),)
-    return _parse(text, source, (*mine, *working_directory()))
+    search = (*mine, *working_directory())
+    spec = _VALID.get((text, search))
+    if spec is None:
+        spec = _parse(text, source, search)
+        if len(_VALID) >= _VALID_MAX:
+            _VALID.pop(next(iter(_VALID)))
+        _VALID[(text, search)] = spec
+    return spec if spec.source == source else attrs.evolve(spec, source=source)
 
 
-@functools.lru_cache(maxsize=64)
+#: Valid declarations by (text, search path), as first parsed: the same text given another
+#: source is the same spec with that source (threads racing here only parse a text twice).
+_VALID: dict[tuple[str, tuple[Path, ...]], MachineSpec] = {}
+_VALID_MAX = 64
+
+
 def _parse(text: str, source: str, search: tuple[Path, ...]) -> MachineSpec:
     # YAML and the checks are imported only when a machine loads.
     from fsm_agent.declaration.check import Validator

@@ -136,8 +136,8 @@ def _forget_threads_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
-def _ms_since(start: float) -> int:
-    return int((time.monotonic() - start) * 1000)
+def _ms_since(start: float, clock: Callable[[], float] = time.monotonic) -> int:
+    return int((clock() - start) * 1000)
 
 
 def call_with_deadline(
@@ -185,16 +185,19 @@ def _inline(
     kwargs: Mapping[str, Any],
     timeout_s: float,
     start: float,
+    clock: Callable[[], float] = time.monotonic,
 ) -> CallResult:
     try:
         value = _invoke(fn, args, kwargs)
     except BaseException as exc:  # sys.exit in a call fails that call, as in a thread
         if not raised_by_user_code(exc):
             raise
-        return CallResult(status="error", error=exc, elapsed_ms=_ms_since(start))
-    if time.monotonic() - start > timeout_s:
-        return CallResult(status="timeout", elapsed_ms=_ms_since(start), fate="late (inline)")
-    return CallResult(status="ok", value=value, elapsed_ms=_ms_since(start))
+        return CallResult(status="error", error=exc, elapsed_ms=_ms_since(start, clock))
+    if clock() - start > timeout_s:
+        return CallResult(
+            status="timeout", elapsed_ms=_ms_since(start, clock), fate="late (inline)"
+        )
+    return CallResult(status="ok", value=value, elapsed_ms=_ms_since(start, clock))
 
 
 @attrs.define(eq=False)
@@ -215,6 +218,10 @@ class Call:
     deadline: float | None = None
     #: kills a child process (set once one is started): the supervisor stops it with the run
     cancel: Callable[[], None] | None = None
+    #: the run's clock (monotonic seconds): what `run_call` measures the call's time on, and
+    #: an inline call's lateness against `timeout_s` (a virtual clock in a simulation:
+    #: `fsm_agent.simulation.clock`); the supervisor's deadline is always the real clock's
+    clock: Callable[[], float] = time.monotonic
 
     def arm(self, cancel: Callable[[], None]) -> None:
         self.cancel = cancel
@@ -223,17 +230,21 @@ class Call:
 def run_call(call: Call) -> CallResult:
     """Make `call` in this thread, as its isolation says: a "thread" call inline (the
     supervisor abandons this thread at the deadline), an inline one refused when late, a
-    process one in a child killed at the deadline. Any exception is the call's error."""
+    process one in a child killed at the deadline. Any exception is the call's error.
+    Its time is measured on the call's `clock` (the run's), and so is an inline call's
+    lateness: on a virtual clock, a call during which the clock jumped past its timeout (a
+    simulated hang) is refused as late."""
     if call.isolation == "process":
         return _in_child(call.fn, call.args, call.kwargs, call.timeout_s, call.name, call.arm)
-    start = time.monotonic()
+    clock = call.clock
+    start = clock()
     if call.isolation == "inline":
-        return _inline(call.fn, call.args, call.kwargs, call.timeout_s, start)
+        return _inline(call.fn, call.args, call.kwargs, call.timeout_s, start, clock)
     try:
         value = _invoke(call.fn, call.args, call.kwargs)
     except BaseException as exc:  # sys.exit in a call fails that call, as in a pool thread
-        return CallResult(status="error", error=exc, elapsed_ms=_ms_since(start))
-    return CallResult(status="ok", value=value, elapsed_ms=_ms_since(start))
+        return CallResult(status="error", error=exc, elapsed_ms=_ms_since(start, clock))
+    return CallResult(status="ok", value=value, elapsed_ms=_ms_since(start, clock))
 
 
 #: prctl(2) option: the signal the kernel sends this process when its parent thread dies.
