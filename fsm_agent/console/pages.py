@@ -32,6 +32,8 @@ def layout(title: str, page: str, body: str, *, token: str | None, where: str) -
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        # no icon to fetch: a browser's own /favicon.ico request would be a 404 in the console
+        '<link rel="icon" href="data:,">\n'
         f"<title>{title}</title>\n{meta}"
         '<link rel="stylesheet" href="/static/report.css">\n'
         '<link rel="stylesheet" href="/static/console.css">\n'
