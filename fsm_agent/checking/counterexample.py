@@ -46,16 +46,17 @@ class Counterexample:
 
 
 class _Clock:
-    """A virtual clock: 1 ms per reading, until the path is walked; then a quarter of the
-    wall clock per reading (a loop the path ends in repeats a few times, then the wall clock
-    stops it)."""
+    """A virtual clock moved by the run's transitions, never by how often it is read (the
+    runtime's supervisor reads it as often as the machine's load lets it): 1 ms a
+    transition along the path, then a quarter of the wall clock a transition (a loop the
+    path ends in repeats a few times, then the wall clock stops it)."""
 
     def __init__(self, wall_ms: int, path_length: int) -> None:
-        self.ms, self.wall_ms, self.length, self.seen = 0.0, wall_ms, path_length, 0
+        self.wall_ms, self.length, self.seen = wall_ms, path_length, 0
 
     def __call__(self) -> float:
-        self.ms += 1 if self.seen <= self.length else self.wall_ms / 4
-        return self.ms / 1000
+        past = max(0, self.seen - self.length)
+        return (self.seen + past * self.wall_ms / 4) / 1000
 
     def saw(self, event: Event) -> None:
         if event.kind == "transition":
