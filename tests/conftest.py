@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fsm_agent.stores.sqlite import SqliteStore
+from tests.model_server import ModelServer, model_server
 
 #: The checkout's root: the test helpers (`tests.fixture_tools`, the child programs) are
 #: imported from it. An install maps only the `fsm_agent` package, so the child processes the
@@ -74,3 +75,18 @@ def machine_yaml(tmp_path: Path) -> Callable[..., Path]:
 def minimal_machine_text() -> str:
     """A valid declaration string to mutate in loader tests."""
     return MINIMAL_MACHINE
+
+
+@pytest.fixture(scope="module")
+def running_server() -> Iterator[ModelServer]:
+    """An OpenAI-compatible test server on 127.0.0.1 (`tests.model_server`), one a module."""
+    with model_server() as s:
+        yield s
+
+
+@pytest.fixture
+def server(running_server: ModelServer) -> ModelServer:
+    """The module's model server with an empty script and no requests seen (a module may
+    define its own `server`, which then wins)."""
+    running_server.reset()
+    return running_server

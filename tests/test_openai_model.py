@@ -40,19 +40,6 @@ KEY = "sk-test-4f1d2c9a7b3e8d6f0a5c"
 AGENT_LOOP = load_machine("agent_loop")
 
 
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ModelServer]:
-    with ms.model_server() as s:
-        yield s
-
-
-@pytest.fixture
-def server(running_server: ModelServer) -> ModelServer:
-    """The module's server with an empty script and no requests seen."""
-    running_server.reset()
-    return running_server
-
-
 def lab_run(tmp_path: Path, model: ModelAdapter, **options: Any) -> HaltRecord:
     """The halt lab's task on agent_loop (or `machine`) with the lab's tools."""
     return run(

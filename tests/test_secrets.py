@@ -8,7 +8,7 @@ journal's bytes, the record file, the export, the report, `show --json` and `rep
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from fsm_agent.cli.main import cli
 from fsm_agent.redaction import Redactor, Secret
-from tests import model_server as ms
 from tests.model_server import Act, ModelServer, answer, completion, tool_call
 
 #: A `/` in it, so that an escaped slash (`\/`) spells it differently.
@@ -48,18 +47,6 @@ def spellings(secret: str) -> dict[str, str]:
     }
     twice = {f"{how}, escaped again": json.dumps(v)[1:-1] for how, v in once.items()}
     return once | twice
-
-
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ModelServer]:
-    with ms.model_server() as s:
-        yield s
-
-
-@pytest.fixture
-def server(running_server: ModelServer) -> ModelServer:
-    running_server.reset()
-    return running_server
 
 
 def invoke(*args: str) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,18 +36,6 @@ from tests.model_server import ModelServer
 from tests.trace_runs import LAB_TOOLS, TASK, call, journaled, openai_run, reply
 
 ROOT = Path(__file__).parent
-
-
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ModelServer]:
-    with ms.model_server() as s:
-        yield s
-
-
-@pytest.fixture
-def server(running_server: ModelServer) -> ModelServer:
-    running_server.reset()
-    return running_server
 
 
 def trace_of(tmp_path: Path, server: ModelServer, options: TraceOptions | None = None,

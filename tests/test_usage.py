@@ -12,7 +12,6 @@ import json
 import shutil
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,24 +28,11 @@ from fsm_agent.review.stats import halt_stats
 from fsm_agent.review.usage import run_usage
 from fsm_agent.runtime.usage import MAX_NAME_CHARS, ModelUsage, total
 from fsm_agent.stores.sqlite import SqliteStore
-from tests import model_server as ms
 from tests.lab import LOOKUP, MISS, lab_run
 from tests.model_server import Act, ModelServer
 
 PRE_USAGE = Path(__file__).parent / "recorded_pre_usage" / "journal.db"
 HIT = {"q": "lab password"}
-
-
-@pytest.fixture(scope="module")
-def running_server() -> Iterator[ModelServer]:
-    with ms.model_server() as s:
-        yield s
-
-
-@pytest.fixture
-def server(running_server: ModelServer) -> ModelServer:
-    running_server.reset()
-    return running_server
 
 
 def model(server: ModelServer, **endpoint: Any) -> OpenAIChatModel:
