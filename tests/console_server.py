@@ -71,3 +71,20 @@ def _answers(url: str) -> bool:
         return httpx.get(url + "/static/console.css", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+SEARCH = {"tool_call": {"name": "search", "args": {"q": "refund window"}}}
+MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
+
+
+def three_runs(tmp: Path) -> Path:
+    """The console tests' journal in `tmp`: a completed run (`done-run`), a hostile handoff
+    and a max_steps one (`capped-run`)."""
+    from tests.browser_runs import hostile_run, journaled
+    from tests.lab import lab_run
+
+    journaled(tmp, [SEARCH, {"answer": "30 days"}], run_id="done-run")
+    hostile_run(tmp)
+    db = tmp / "journal.db"
+    lab_run(tmp, [MISS] * 3, store=db, budgets={"max_steps": 2}, run_id="capped-run")
+    return db

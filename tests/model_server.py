@@ -10,6 +10,7 @@ adapter contract tests can hold both kinds to the same plan.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -155,10 +156,13 @@ class ModelServer(ThreadingHTTPServer):
         return  # a connection the test reset or the client dropped is not a test failure
 
 
+S = TypeVar("S", bound=ThreadingHTTPServer)
+
+
 @contextmanager
-def model_server() -> Iterator[ModelServer]:
-    """A running `ModelServer`; shut down on exit (a hanging handler is a daemon thread)."""
-    server = ModelServer()
+def serving(server: S) -> Iterator[S]:
+    """`server` serving on a daemon thread; shut down and closed on exit (a hanging handler
+    is a daemon thread too). The test servers on 127.0.0.1 all run this way."""
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
     thread.daemon = True
     thread.start()
@@ -168,6 +172,11 @@ def model_server() -> Iterator[ModelServer]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def model_server() -> contextlib.AbstractContextManager[ModelServer]:
+    """A running `ModelServer`; shut down on exit."""
+    return serving(ModelServer())
 
 
 # --- the same plan, in process: a python:module:callable adapter ------------------------------

@@ -7,12 +7,13 @@ that is up but never answers in time).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.model_server import serving
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -100,15 +101,6 @@ def _value(value: Any) -> Any:
     return getattr(value, kind) if kind else None
 
 
-@contextmanager
-def otlp_receiver(hang_s: float = 0.0) -> Iterator[OtlpReceiver]:
-    server = OtlpReceiver(hang_s)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
-    thread.daemon = True
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+def otlp_receiver(hang_s: float = 0.0) -> contextlib.AbstractContextManager[OtlpReceiver]:
+    """A running `OtlpReceiver` (answering after `hang_s`); shut down on exit."""
+    return serving(OtlpReceiver(hang_s))

@@ -20,23 +20,15 @@ from fsm_agent.console.app import CSP
 from fsm_agent.console.queries import RunFilters, run_page
 from fsm_agent.halt import HaltReason
 from fsm_agent.stores.sqlite import SqliteStore
-from tests.browser_runs import HOSTILE, SCRIPT, hostile_run, journaled
-from tests.console_server import Console, console
+from tests.browser_runs import HOSTILE, SCRIPT, journaled
+from tests.console_server import MISS, SEARCH, Console, console, three_runs
 from tests.lab import lab_run
-
-SEARCH = {"tool_call": {"name": "search", "args": {"q": "refund window"}}}
-MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
 
 
 @pytest.fixture(scope="module")
 def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three runs: a completed one, a hostile handoff, and a max_steps one."""
-    tmp = tmp_path_factory.mktemp("console")
-    journaled(tmp, [SEARCH, {"answer": "30 days"}], run_id="done-run")
-    hostile_run(tmp)
-    db = tmp / "journal.db"
-    lab_run(tmp, [MISS] * 3, store=db, budgets={"max_steps": 2}, run_id="capped-run")
-    return db
+    return three_runs(tmp_path_factory.mktemp("console"))
 
 
 @pytest.fixture(scope="module")

@@ -26,18 +26,15 @@ import pytest
 from fsm_agent.errors import JournalError, NotAJournal
 from fsm_agent.stores.sqlite import SqliteStore
 from tests.browser_page import Watched, launch_chromium, watched_page
-from tests.browser_runs import SCRIPT, hostile_run, journaled
+from tests.browser_runs import SCRIPT
 from tests.console_live_child import HOSTILE_OUTPUT
-from tests.console_server import Console, console
-from tests.lab import lab_run
+from tests.console_server import Console, console, three_runs
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_PROBLEMS: dict[str, list[str]] = {"blocked": [], "errors": [], "dialogs": []}
-SEARCH = {"tool_call": {"name": "search", "args": {"q": "refund window"}}}
-MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
 WAIT_MS = 30_000
 
 
@@ -48,12 +45,7 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture(scope="module")
 def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("console-browser")
-    journaled(tmp, [SEARCH, {"answer": "30 days"}], run_id="done-run")
-    hostile_run(tmp)
-    db = tmp / "journal.db"
-    lab_run(tmp, [MISS] * 3, store=db, budgets={"max_steps": 2}, run_id="capped-run")
-    return db
+    return three_runs(tmp_path_factory.mktemp("console-browser"))
 
 
 @pytest.fixture(scope="module")
