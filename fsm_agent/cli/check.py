@@ -11,7 +11,7 @@ import click
 
 from fsm_agent.checking.explore import DEFAULT_LIMIT
 from fsm_agent.cli.group import cli
-from fsm_agent.cli.options import OutputPath, cli_errors, here, json_option
+from fsm_agent.cli.options import OutputPath, cli_errors, here, json_option, policy_option
 
 if TYPE_CHECKING:
     from fsm_agent.checking.checker import CheckReport
@@ -19,13 +19,7 @@ if TYPE_CHECKING:
 
 @cli.command("check")
 @click.argument("machine")
-@click.option(
-    "--policy",
-    "policy_path",
-    type=click.Path(dir_okay=False),
-    help="Halt policy file (default: the one the machine declares, else the shipped"
-    " machines/halt-policy.yml).",
-)
+@policy_option
 @click.option("--tools", "tools_module", help="Tools module: which tools are privileged.")
 @click.option(
     "-o",

@@ -162,6 +162,17 @@ def record_option(fn: F) -> F:
     )(fn)
 
 
+def policy_option(fn: F) -> F:
+    """`--policy FILE`, the halt policy a declaration is checked against (lint, check)."""
+    return click.option(
+        "--policy",
+        "policy_path",
+        type=click.Path(dir_okay=False),
+        help="Halt policy file (default: the one the machine declares, else the shipped"
+        " machines/halt-policy.yml).",
+    )(fn)
+
+
 def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(fn)
 

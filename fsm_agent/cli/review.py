@@ -19,6 +19,7 @@ from fsm_agent.cli.options import (
     here,
     journal_store,
     json_option,
+    policy_option,
     read_journal,
     refuse_overlaps,
     say_result,
@@ -266,13 +267,7 @@ def report_(source: str, output: str, db: str, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("machine")
-@click.option(
-    "--policy",
-    "policy_path",
-    type=click.Path(dir_okay=False),
-    help="Halt policy file (default: the one the machine declares, else the shipped"
-    " machines/halt-policy.yml).",
-)
+@policy_option
 @click.option("--tools", "tools_module", help="Also check the lanes of this tools module.")
 @click.option(
     "--check/--no-check",
