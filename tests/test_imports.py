@@ -34,6 +34,13 @@ import pytest
                 "msgspec",
                 "docstring_parser",
                 "opentelemetry",  # only when traces are asked for
+                "starlette",  # only when the console is started
+                "uvicorn",
+                # the checker and the simulator load when their commands run, not at start
+                "fsm_agent.checking.explore",
+                "fsm_agent.simulation.runner",
+                "fsm_agent.telemetry.otlp",
+                "fsm_agent.console.app",
             ],
         ),
         ("import fsm_agent.telemetry.root, fsm_agent.telemetry.live", ["opentelemetry"]),

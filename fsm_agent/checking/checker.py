@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from fsm_agent.checking.explore import DEFAULT_LIMIT, Exploration, explore
+from fsm_agent.checking.explore import Exploration, explore
+from fsm_agent.checking.limits import DEFAULT_LIMIT
 from fsm_agent.checking.model import Bounds
 from fsm_agent.checking.properties import Verdict, check_all, halts
 from fsm_agent.declaration.spec import MachineSpec

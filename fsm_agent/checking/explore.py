@@ -13,13 +13,11 @@ from typing import Any, NamedTuple
 
 import attrs
 
+from fsm_agent.checking.limits import DEFAULT_LIMIT
 from fsm_agent.checking.model import Bounds, Config, Liveness, base, guard_value, is_free, outcomes
 from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec, TransitionSpec
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import BUDGET_EXHAUSTED, HANDOFF, HaltReason
-
-#: The most configurations `explore` visits before it gives up (about 8 s and 300 MB here).
-DEFAULT_LIMIT = 100_000
 
 
 class TooLarge(InvalidInputError):

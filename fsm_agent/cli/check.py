@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from fsm_agent.checking.explore import DEFAULT_LIMIT
+from fsm_agent.checking.limits import DEFAULT_LIMIT
 from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import OutputPath, cli_errors, here, json_option, policy_option
 

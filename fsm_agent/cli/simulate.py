@@ -16,7 +16,6 @@ import click
 
 from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import InputProblem, OutputPath, cli_errors, here, json_option
-from fsm_agent.simulation.runner import NEVER_STARTED, Crash
 
 #: Exit code of a simulation in which some run broke an invariant.
 EXIT_VIOLATION = 1
@@ -25,6 +24,9 @@ MAX_SEED = 2**63 - 1
 #: How many progress lines a simulation prints at most (on stderr).
 PROGRESS_LINES = 20
 
+
+if TYPE_CHECKING:
+    from fsm_agent.simulation.runner import Crash
 
 if TYPE_CHECKING:  # generic in the click releases that ship type hints for it
     _ParamType = click.ParamType[Crash]
@@ -125,6 +127,8 @@ def simulate(
 
 def summary_lines(data: dict[str, Any]) -> list[str]:
     """The summary as text: the halts' histogram, the violations, the speed."""
+    from fsm_agent.simulation.runner import NEVER_STARTED
+
     crash = data["crash"]
     lines = [
         f"simulated {data['runs']} runs of {data['machine']} (random seed {data['seed']},"
