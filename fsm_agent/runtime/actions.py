@@ -107,7 +107,6 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
         timeout_s=time_left,
         isolation=getattr(ctx.model, "isolation", "thread"),
         name="model",
-        clock=ctx.clock,
     )
     content: Any = None
     kept: Any = None
@@ -179,8 +178,7 @@ def _repair_vote(
         ctx.repair = "refused"
         return rejected, None
     call = yield Call(voter, (content,), timeout_s=ctx.remaining_s(), name="repair",
-                      isolation=getattr(voter, "isolation", "thread"),
-                      clock=ctx.clock)  # fmt: skip
+                      isolation=getattr(voter, "isolation", "thread"))  # fmt: skip
     repaired = jsonable(call.value) if call.status == "ok" else None
     again = parse_reply(repaired, step=step, max_steps=ctx.budgets.max_steps)
     if call.status != "ok" or isinstance(again, Rejection):
@@ -323,7 +321,6 @@ def _run_tool(ctx: RunContext) -> Steps[tuple[str, Facts]]:
                 timeout_s=timeout_s,
                 isolation=tool.isolation,
                 name=f"tool:{tool.name}",
-                clock=ctx.clock,
             ),
             tool.side_effect,
         )
@@ -378,10 +375,7 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> Steps[tuple[str, Fact
     snapshot = ctx.snapshot(state=state, outcome=None, next_action=ref)
     name = f"action:{ref}"
     call = yield from _side_effect_call(
-        ctx,
-        ref,
-        {},
-        lambda timeout_s: Call(fn, (snapshot,), timeout_s=timeout_s, name=name, clock=ctx.clock),
+        ctx, ref, {}, lambda timeout_s: Call(fn, (snapshot,), timeout_s=timeout_s, name=name)
     )
     if call.status == "ok" and isinstance(call.value, ActionResult):
         result = call.value.result or ToolResult()
@@ -418,8 +412,7 @@ def ask_judge(ctx: RunContext, snap: Snapshot) -> Steps[Snapshot]:
     if lane is None or lane.tier == "free" or lane.kind == "free_server":
         return attrs.evolve(snap, judge="ignored")
     call = yield Call(judge, (snap,), timeout_s=ctx.remaining_s(), name="judge",
-                      isolation=getattr(judge, "isolation", "thread"),
-                      clock=ctx.clock)  # fmt: skip
+                      isolation=getattr(judge, "isolation", "thread"))  # fmt: skip
     agrees = call.status == "ok" and call.value is True
     return attrs.evolve(snap, judge="agree" if agrees else "veto")
 

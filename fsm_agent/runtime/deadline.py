@@ -218,9 +218,10 @@ class Call:
     deadline: float | None = None
     #: kills a child process (set once one is started): the supervisor stops it with the run
     cancel: Callable[[], None] | None = None
-    #: the run's clock (monotonic seconds): what `run_call` measures the call's time on, and
-    #: an inline call's lateness against `timeout_s` (a virtual clock in a simulation:
-    #: `fsm_agent.simulation.clock`); the supervisor's deadline is always the real clock's
+    #: the run's clock (monotonic seconds; the supervisor sets it from the run): what
+    #: `run_call` measures the call's time on, and an inline call's lateness against
+    #: `timeout_s` (a virtual clock in a simulation: `fsm_agent.simulation.clock`); the
+    #: supervisor's deadline is always the real clock's
     clock: Callable[[], float] = time.monotonic
 
     def arm(self, cancel: Callable[[], None]) -> None:

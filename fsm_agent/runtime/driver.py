@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
 from fsm_agent.errors import Interrupted
@@ -53,10 +53,17 @@ def _ms(since: float | None) -> int:
 class Supervisor:
     """Drives one script on driver threads; the calling thread supervises until it ends."""
 
-    def __init__(self, script: Script[T], gate: InterruptGate, name: str = "run") -> None:
+    def __init__(
+        self,
+        script: Script[T],
+        gate: InterruptGate,
+        name: str = "run",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._script: Script[Any] = script
         self._gate = gate
         self._name = name
+        self._clock = clock  # the run's: each call's time is measured on it (`Call.clock`)
         self._lock = threading.Lock()
         self._woken = threading.Event()
         self._generation = 0  # the live driver's; a fenced driver has an older one
@@ -212,6 +219,7 @@ class Supervisor:
                 thrown, self._thrown = self._thrown, None
                 return False, None, thrown
             call.begun = time.monotonic()
+            call.clock = self._clock
             if call.isolation == "thread":
                 call.deadline = call.begun + max(call.timeout_s, 0.0)
                 if call.deadline < self._wake_at - SLACK_S:
@@ -241,7 +249,13 @@ class Supervisor:
         self._woken.set()
 
 
-def supervise(script: Script[T], gate: InterruptGate, name: str = "run") -> T:
-    """Run `script` on a driver thread, supervised from this one; return its value."""
-    value: T = Supervisor(script, gate, name).run()
+def supervise(
+    script: Script[T],
+    gate: InterruptGate,
+    name: str = "run",
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """Run `script` on a driver thread, supervised from this one; return its value. Each
+    call the script yields is measured on `clock` (the run's)."""
+    value: T = Supervisor(script, gate, name, clock).run()
     return value

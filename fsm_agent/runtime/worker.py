@@ -268,7 +268,7 @@ class _Worker(Resumption, OperatorControls):
     def execute(self) -> HaltRecord:
         with self.gate.installed(self.handle_signals):
             try:
-                supervise(self.flushed(self._loop()), self.gate)
+                supervise(self.flushed(self._loop()), self.gate, clock=self.ctx.clock)
             except RunPaused:
                 self.store.mark_run(self.run_id, "paused", None, None)
                 raise
