@@ -54,6 +54,15 @@ class HaltPathRefused(FsmAgentError):
         super().__init__(f"{self.code}: {message} (decision {decision_key!r}, lane {lane})")
 
 
+class ContractRefused(FsmAgentError):
+    """The runtime's contract refused a step the declaration allowed; `reason` is the halt
+    reason's value (`fsm_agent.runtime.contract`)."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
 class JournalError(FsmAgentError):
     """The journal could not be read or written; the run stops rather than go on unrecorded."""
 

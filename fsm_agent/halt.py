@@ -31,6 +31,8 @@ class HaltReason(enum.StrEnum):
     NO_TRANSITION = "no_transition"
     ROUTING_FROZEN = "routing_frozen"
     SIDE_EFFECT_UNKNOWN = "side_effect_unknown"
+    UNGROUNDED_ANSWER = "ungrounded_answer"
+    REPEAT_REFUSED = "repeat_refused"
     JOURNAL_FAILED = "journal_failed"
     INTERRUPTED = "interrupted"
     INTERNAL_ERROR = "internal_error"
@@ -74,6 +76,8 @@ TERMINAL_STATE: Final = MappingProxyType(
         HaltReason.NO_TRANSITION: HANDOFF,
         HaltReason.ROUTING_FROZEN: HANDOFF,
         HaltReason.SIDE_EFFECT_UNKNOWN: HANDOFF,
+        HaltReason.UNGROUNDED_ANSWER: HANDOFF,
+        HaltReason.REPEAT_REFUSED: HANDOFF,
         HaltReason.JOURNAL_FAILED: HANDOFF,
         HaltReason.INTERRUPTED: HANDOFF,
         HaltReason.INTERNAL_ERROR: HANDOFF,

@@ -48,17 +48,19 @@ def test_a_kill_at_the_next_model_call_finds_every_transition_before_it(
     assert killed_at(tmp_path, "model", effect) == [None, "tool_call", "tool_returned", "collected"]
 
 
-def test_a_kill_after_a_read_loses_its_result_and_resume_does_not_re_issue_it(
+def test_a_kill_after_a_read_loses_its_result_and_resume_makes_the_read_again(
     tmp_path: Path,
 ) -> None:
     # The read's result waits for the receipts check: both are lost, the run is where it
     # was when the lookup was made (as a kill before today's commit of that result left it).
+    # A read changes nothing (side_effect=False), so resume makes it again: the same rule the
+    # live run follows (`fsm_agent.runtime.contract.may_reissue`), idempotent or not.
     assert killed_at(tmp_path, "receipts", "read") == [None, "tool_call"]
     calls: list[str] = []
     record = resume_run("killed", model=ScriptedModel([LOOKUP, ANSWER]), tools=tools("read", calls),
                         store=tmp_path / "j.db", record_path=tmp_path / "r2.json")  # fmt: skip
-    assert record.halt_reason is HaltReason.SIDE_EFFECT_UNKNOWN  # not declared idempotent
-    assert calls == []
+    assert record.halt_reason is HaltReason.COMPLETED
+    assert len(calls) == 1
 
 
 def test_a_kill_after_a_call_with_a_side_effect_keeps_what_it_returned(tmp_path: Path) -> None:

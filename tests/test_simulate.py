@@ -19,7 +19,7 @@ from fsm_agent.cli.main import cli
 from fsm_agent.declaration import load
 from fsm_agent.declaration.load import load_machine, machine_path, parse_machine
 from fsm_agent.errors import MachineSpecError
-from fsm_agent.journal.runfile import export_run, read_run_file, run_file_json
+from fsm_agent.journal.runfile import export_run, run_file_json
 from fsm_agent.runtime.deadline import Call, run_call
 from fsm_agent.runtime.tools import ToolResult, load_tools
 from fsm_agent.simulation.clock import VirtualClock
@@ -209,32 +209,24 @@ def test_a_payment_whose_result_a_crash_lost_is_never_made_again(tmp_path: Path)
 # --- planted defects ---------------------------------------------------------------------------
 
 
-def test_completing_without_receipts_fails_and_shrinks_to_a_run_file(tmp_path: Path) -> None:
+def test_a_declaration_without_the_grounding_guard_still_never_completes_ungrounded(
+    tmp_path: Path,
+) -> None:
+    # The answer edge into done has no guard at all: the runtime's contract refuses every
+    # answer that receipted results do not back (ungrounded_answer), so simulate finds no
+    # run that completes without receipts or grounding, and every such run replays.
     machine = variant(tmp_path, "unguarded",
                       "dest: done, guards: [answer_grounded, judge_agrees], halt: completed}",
                       "dest: done, halt: completed}")  # fmt: skip
-    out = tmp_path / "out"
     result = invoke("simulate", str(machine), "--tools", LAB_TOOLS, "--runs", "40",
-                    "--seed", "1", "-o", str(out), "--json", "-q")  # fmt: skip
-    assert result.exit_code == 1
+                    "--seed", "1", "-o", str(tmp_path / "out"), "--json", "-q")  # fmt: skip
+    assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["violations"]["receipts"] > 0
-    assert not data["ok"]
-    first = data["failures"][0]
-    assert first["shrunk"]  # 0 ms, then a bare answer
-    assert first["shrunk_tape"] == [0, 0, 40]  # 0 ms, $0, then a bare answer
-    path = Path(first["run_file"])
-    run_file = read_run_file(path)
-    assert [e.trigger for e in run_file.events] == [None, "answer"]  # one step, minimal
-    replay = invoke("replay", str(path))
-    assert replay.exit_code == 0
-    assert "halt completed proven" in replay.output
-    report = invoke("report", str(path), "-o", str(tmp_path / "r.html"))
-    assert report.exit_code == 0
-    assert (tmp_path / "r.html").stat().st_size > 0
-    diagram = invoke("diagram", str(machine), "--run", str(path))
-    assert diagram.exit_code == 0
-    assert "sim-1-" in diagram.output
+    assert data["ok"]
+    assert data["violations"]["receipts"] == 0
+    assert data["violations"]["replay"] == 0
+    assert data["halts"]["ungrounded_answer"] > 0
+    assert data["halts"]["completed"] > 0
 
 
 def test_an_impure_guard_fails_the_replay(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec, TransitionSp
 from fsm_agent.errors import FsmAgentError, MachineSpecError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import GuardResult
+from fsm_agent.runtime.contract import Refusal, refusal
 from fsm_agent.runtime.effects import RECEIPTS_GUARD
 from fsm_agent.runtime.guards import GUARD_SINCE, Guard, budget_tripped, resolve_guard
 from fsm_agent.runtime.interrupts import raised_by_user_code
@@ -38,10 +39,13 @@ class GuardFailed(FsmAgentError):
 
 @attrs.frozen
 class Decision:
-    """The transition chosen for a trigger (None when no candidate's guards all passed)."""
+    """The transition chosen for a trigger (None when no candidate's guards all passed), and
+    the runtime's refusal of it (`fsm_agent.runtime.contract`): when `refused` is set, the
+    run halts with its reason instead of taking the transition."""
 
     transition: TransitionSpec | None
     guards: tuple[GuardResult, ...]
+    refused: Refusal | None = None
 
 
 class _Cursor:
@@ -141,12 +145,21 @@ class CompiledMachine:
             )
         #: (state, trigger) -> candidate edges in declared order: the decide table
         self._table = {key: tuple(edges) for key, edges in table.items()}
+        actions = {st.name: st.action for st in spec.states}
+        #: edge index -> (halts completed, enters a state that runs the proposed tool): the
+        #: edges the runtime's contract looks at
+        self._contract = {
+            t.index: (t.halt is HaltReason.COMPLETED, actions.get(t.dest) == "tool")
+            for t in spec.transitions
+            if t.halt is HaltReason.COMPLETED or actions.get(t.dest) == "tool"
+        }
 
     def decide(self, state: str, trigger: str, snapshot: Snapshot) -> Decision:
         """Try the candidates for `trigger` from `state` in declared order; first to pass wins.
 
         Each edge's guards are evaluated in order and stop at the first False; every result
-        evaluated is logged."""
+        evaluated is logged. The chosen edge is then held to the runtime's contract: a
+        refusal is logged as the guard `runtime:<rule>` = False on that edge."""
         edges = self._table.get((state, trigger))
         if edges is None:
             return _NONE
@@ -156,6 +169,12 @@ class CompiledMachine:
                 if not call.evaluate(snapshot, log):
                     break
             else:
+                looked = self._contract.get(transition.index)
+                if looked is not None:
+                    refused = refusal(snapshot, completes=looked[0], runs_tool=looked[1])
+                    if refused is not None:
+                        log.append(GuardResult(transition.index, refused.guard, False))
+                        return Decision(transition, tuple(log), refused)
                 return Decision(transition=transition, guards=tuple(log))
         return Decision(transition=None, guards=tuple(log))
 
@@ -168,6 +187,12 @@ class CompiledMachine:
         cursor = _Cursor(state, snapshot)
         event.trigger(cursor)
         chosen = None if cursor.fired is None else self.spec.transitions[cursor.fired]
+        looked = None if chosen is None else self._contract.get(chosen.index)
+        if chosen is not None and looked is not None:
+            refused = refusal(snapshot, completes=looked[0], runs_tool=looked[1])
+            if refused is not None:
+                cursor.log.append(GuardResult(chosen.index, refused.guard, False))
+                return Decision(chosen, tuple(cursor.log), refused)
         return Decision(transition=chosen, guards=tuple(cursor.log))
 
     def check_budget(self, state: str, snapshot: Snapshot) -> Decision:

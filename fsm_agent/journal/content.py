@@ -65,7 +65,7 @@ _facts_form = _on_first_use("_facts_form", lambda: serde.compact_hook(Facts))
 #: true) could pass for one another, and the meters (always written: a run's live steps
 #: are read from its newest row by SQL).
 BASE_FIELDS: Final = frozenset(attrs.fields_dict(Snapshot)) - {
-    "proposal", "tool", "unreceipted", "receipted", "meters"
+    "proposal", "tool", "unreceipted", "receipted", "meters", "effects"
 }  # fmt: skip
 #: What a later snapshot's fields are written against (`row_base`), over the run's base
 #: snapshot `b` and the row's own columns.

@@ -15,10 +15,12 @@ import attrs
 from fsm_agent.declaration.edges import EdgeId, edge_ids, keyed
 from fsm_agent.declaration.machine import CompiledMachine, Decision
 from fsm_agent.declaration.spec import MachineSpec
-from fsm_agent.halt import IMPOSED, HaltReason
+from fsm_agent.halt import IMPOSED, HaltReason, terminal_state
 from fsm_agent.journal.store import Event, GuardResult
 from fsm_agent.review.step_report import GuardCheck, StepReport, Verdict, matched_step, step_base
 from fsm_agent.runtime.budgets import tripped_meter
+from fsm_agent.runtime.contract import CONTRACT_SINCE, tool_refusal
+from fsm_agent.runtime.contract import PREFIX as CONTRACT_PREFIX
 from fsm_agent.runtime.lanes import CONTROL_KEYS, halt_lane_refusal
 from fsm_agent.runtime.proposals import Proposal, Rejection, parse_reply
 from fsm_agent.runtime.snapshot import Snapshot
@@ -311,6 +313,15 @@ def redecide(r: Replayer, event: Event) -> StepReport:
             recomputed_halt=HaltReason.HALT_PATH_REFUSED if refused else None,
             detail=None if refused else "the halt lane is accepted now",
         )
+    if event.trigger == "refused" and event.halt is not None:  # refused at the tool itself
+        again = tool_refusal(snap) if snap.rules >= CONTRACT_SINCE else None
+        ok = again is not None and again.reason is event.halt
+        return StepReport(
+            **step_base(event, snap),
+            verdict="match" if ok else "diverged",
+            recomputed_halt=again.reason if again is not None else None,
+            detail=None if ok else "the runtime's contract does not refuse this tool call now",
+        )
     if event.trigger == "budget":
         budget = r.compiled.check_budget(event.source, snap)
         return _judge(r, event, snap, budget, None, _meter(snap))
@@ -337,8 +348,39 @@ def redecide(r: Replayer, event: Event) -> StepReport:
             recomputed_halt=HaltReason.NO_TRANSITION if ok else None,
             detail=None if ok else "a transition passes its guards now",
         )
+    if decision.refused is not None or _contract_logged(event.guards):
+        return _judge_refusal(r, event, snap, decision)
     chosen = decision.transition
     check: tuple[Decision, HaltReason | None] | None = None
     if chosen is not None and not r.states[chosen.dest].terminal:
         check = r.entering(snap, chosen.dest, chosen.retry)
     return _judge(r, event, snap, decision, check, None)
+
+
+def _contract_logged(guards: tuple[GuardResult, ...]) -> bool:
+    """Whether a recorded decision was refused by the runtime's contract."""
+    return any(g.guard.startswith(CONTRACT_PREFIX) for g in guards)
+
+
+def _judge_refusal(r: Replayer, event: Event, snap: Snapshot, decision: Decision) -> StepReport:
+    """A decision the runtime's contract refused, now or as recorded, against the journal."""
+    refused = decision.refused
+    compared = r.compare(event.guards, decision.guards)
+    if refused is None:
+        return StepReport(
+            **step_base(event, snap),
+            verdict="diverged",
+            guards=compared.checks,
+            detail="the runtime's contract refused this step as recorded; it does not now",
+        )
+    dest = terminal_state(refused.reason)
+    if event.halt is refused.reason and event.dest == dest and not compared.differs:
+        return matched_step(event, snap, compared.checks, dest, refused.reason)
+    return StepReport(
+        **step_base(event, snap),
+        verdict="halted_earlier" if event.halt is None else "diverged",
+        guards=compared.checks,
+        recomputed_dest=dest,
+        recomputed_halt=refused.reason,
+        detail=f"the runtime's contract refuses it now ({refused.rule}): {refused.why}",
+    )

@@ -31,7 +31,7 @@ from fsm_agent.journal.store import Event, RunRow
 from fsm_agent.review.redecide import Replayer, redecide
 from fsm_agent.review.step_report import GuardCheck, StepReport, Verdict
 from fsm_agent.runtime.budgets import make_budgets
-from fsm_agent.runtime.snapshot import SUCCESS_RULES
+from fsm_agent.runtime.snapshot import BEFORE, SUCCESS_RULES
 
 __all__ = [
     "GuardCheck",
@@ -125,8 +125,8 @@ def _conclude(
     summary = _summary(run, last, len(steps), ok)
     if rules < SUCCESS_RULES:
         summary += (
-            f" under success rules {rules}, the rules it was recorded with (before side"
-            " effects needed receipts and answers value-level grounding): not re-judged"
+            f" under success rules {rules}, the rules it was recorded with"
+            f" ({BEFORE.get(rules, f'before rules {SUCCESS_RULES}')}): not re-judged"
         )
     return ReplayReport(
         run_id=run.run_id, machine=spec.name, machine_sha256=spec.sha256,

@@ -17,13 +17,14 @@ import attrs
 from fsm_agent.adapters.models import ModelCallFailed, ModelReply, Prompt, clip, describe_tools
 from fsm_agent.declaration.refs import resolve_callable
 from fsm_agent.declaration.spec import MachineSpec
-from fsm_agent.errors import Interrupted
+from fsm_agent.errors import ContractRefused, Interrupted
 from fsm_agent.halt import DONE
 from fsm_agent.journal import serde
 from fsm_agent.journal.store import Facts
 from fsm_agent.runtime.context import RunContext
+from fsm_agent.runtime.contract import CONTRACT_SINCE, tool_refusal
 from fsm_agent.runtime.deadline import Call, CallResult, error_text
-from fsm_agent.runtime.effects import settle
+from fsm_agent.runtime.effects import record_effect, settle
 from fsm_agent.runtime.guards import resolve_guard
 from fsm_agent.runtime.lanes import assert_local_halt, halt_lane_refusal
 from fsm_agent.runtime.outcomes import add_receipted, jsonable, outcome_from_call
@@ -248,7 +249,14 @@ def _record_call(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
     ctx.add_cost(outcome.cost)
     ctx.count_call(call_entry(ctx.steps_used, outcome))
     ctx.unreceipted, ctx.unreceipted_omitted = settle(
-        ctx.unreceipted, ctx.unreceipted_omitted, ctx.steps_used, outcome
+        ctx.unreceipted,
+        ctx.unreceipted_omitted,
+        ctx.steps_used,
+        outcome,
+        idempotent=outcome.name in ctx.idempotent,
+    )
+    ctx.effects, ctx.effects_omitted = record_effect(
+        ctx.effects, ctx.effects_omitted, ctx.steps_used, outcome
     )
     return outcome
 
@@ -300,6 +308,10 @@ def _run_tool(ctx: RunContext) -> Steps[tuple[str, Facts]]:
         return "tool_failed", Facts(action="tool", tool=ctx.tool, error=ctx.tool.error)
     tool = ctx.tools.get(proposal.name)
     assert tool is not None  # noqa: S101 - checked above
+    if ctx.rules >= CONTRACT_SINCE:  # also where no decision led here (a resumed run)
+        refused = tool_refusal(ctx.snapshot("", None, "tool"))
+        if refused is not None:
+            raise ContractRefused(refused.why, reason=refused.reason.value)
     if tool.privileged:
         assert_local_halt(ctx.control, "halt", ctx.halt_lane)
     args = dict(proposal.args)

@@ -20,6 +20,7 @@ from fsm_agent.runtime.proposals import Proposal, ToolCall
 from fsm_agent.runtime.record import RECORD_TOOL_CALLS, ToolCallEntry
 from fsm_agent.runtime.snapshot import (
     SUCCESS_RULES,
+    DoneEffect,
     PendingEffect,
     Receipted,
     Snapshot,
@@ -46,6 +47,9 @@ class RunContext:
     clock: Clock
     start: float
     privileged: tuple[str, ...] = ()
+    #: tools declared idempotent, and those whose repeat is meant (repeatable or idempotent)
+    idempotent: tuple[str, ...] = ()
+    repeatable: tuple[str, ...] = ()
     #: the schema-repair voter: callable(raw reply) -> repaired reply, with its `lane`
     repair_voter: Callable[[Any], Any] | None = None
     repair: Literal["none", "refused", "repaired", "failed"] = "none"
@@ -65,6 +69,9 @@ class RunContext:
     unreceipted: tuple[PendingEffect, ...] = ()
     unreceipted_omitted: int = 0
     receipted: tuple[Receipted, ...] = ()
+    #: side-effecting calls that returned complete receipts (older ones only counted)
+    effects: tuple[DoneEffect, ...] = ()
+    effects_omitted: int = 0
     #: the last tool call the model proposed (made or refused): a handoff freezes its args
     last_tool_call: ToolCall | None = None
     repeats: int = 0
@@ -108,6 +115,10 @@ class RunContext:
             repeats=self.repeats,
             thrash_limit=self.thrash_limit,
             repair=self.repair,
+            effects=self.effects,
+            effects_omitted=self.effects_omitted,
+            idempotent=self.idempotent,
+            repeatable=self.repeatable,
         )
 
     def count_call(self, entry: ToolCallEntry) -> None:

@@ -13,7 +13,7 @@ complete ones. The loader puts the guard `side_effects_receipted` on every edge 
 from __future__ import annotations
 
 from fsm_agent.runtime.receipts import Receipt, receipt_ok, receipts_complete
-from fsm_agent.runtime.snapshot import PendingEffect, ToolOutcome
+from fsm_agent.runtime.snapshot import DoneEffect, PendingEffect, ToolOutcome
 
 #: The guard the loader adds to every transition that halts `completed`.
 RECEIPTS_GUARD = "side_effects_receipted"
@@ -49,22 +49,65 @@ def _why(outcome: ToolOutcome) -> str | None:
     return "interrupted without receipts"
 
 
+def unknown(outcome: ToolOutcome) -> bool:
+    """Whether the call may have taken effect without a word back: it timed out, was
+    interrupted, or raised something other than a `ToolError` (which is the tool's own
+    word that it failed)."""
+    if outcome.status in ("timed_out", "interrupted"):
+        return True
+    return outcome.status == "failed" and outcome.outcome_unknown
+
+
 def settle(
-    pending: tuple[PendingEffect, ...], omitted: int, step: int, outcome: ToolOutcome
+    pending: tuple[PendingEffect, ...],
+    omitted: int,
+    step: int,
+    outcome: ToolOutcome,
+    *,
+    idempotent: bool = False,
 ) -> tuple[tuple[PendingEffect, ...], int]:
     """The run's pending side effects (named, and older ones only counted) after one more
-    call: a read changes nothing; a side-effecting call with complete receipts settles every
-    named pending call of the same tool with the same arguments; one without them becomes
-    (or stays) pending."""
+    call: a read changes nothing; a side-effecting call with complete receipts settles the
+    named pending calls of the same tool with the same arguments — those whose receipts were
+    incomplete (the way to wait for receipts), and those of unknown outcome only when the
+    tool is idempotent (another call's receipts say nothing about an earlier call of a
+    non-idempotent tool); one without them becomes (or stays) pending."""
     if not outcome.side_effect:
         return pending, omitted
-    kept = tuple(p for p in pending if not (p.name == outcome.name and p.args == outcome.args))
     why = _why(outcome)
-    if why is not None:
-        kept = (
-            *kept,
-            PendingEffect(step=step, name=outcome.name, args=dict(outcome.args), why=why),
+    kept = pending
+    if why is None:
+        kept = tuple(
+            p
+            for p in pending
+            if not (
+                p.name == outcome.name and p.args == outcome.args and (idempotent or not p.unknown)
+            )
         )
+    else:  # every call is named, a repeat of the same one too (each may have taken effect)
+        kept = (
+            *pending,
+            PendingEffect(
+                step=step,
+                name=outcome.name,
+                args=dict(outcome.args),
+                why=why,
+                unknown=unknown(outcome),
+            ),
+        )
+    over = max(0, len(kept) - MAX_PENDING)
+    return kept[over:], omitted + over
+
+
+def record_effect(
+    done: tuple[DoneEffect, ...], omitted: int, step: int, outcome: ToolOutcome
+) -> tuple[tuple[DoneEffect, ...], int]:
+    """The run's receipted side effects after one more call (older ones only counted): a
+    side-effecting call with complete receipts took effect."""
+    if not outcome.side_effect or _why(outcome) is not None:
+        return done, omitted
+    ids = tuple(dict.fromkeys(r.id for r in outcome.receipts))
+    kept = (*done, DoneEffect(step=step, name=outcome.name, args=dict(outcome.args), ids=ids))
     over = max(0, len(kept) - MAX_PENDING)
     return kept[over:], omitted + over
 

@@ -132,6 +132,9 @@ def _outcome(name: str, args: dict[str, Any], call: CallResult) -> ToolOutcome:
     if call.status == "error":
         err = call.error
         retryable = isinstance(err, ToolError | ChildError) and err.retryable
+        said = isinstance(err, ToolError) or (
+            isinstance(err, ChildError) and err.type_name == "ToolError"
+        )
         return ToolOutcome(
             name=name,
             args=args,
@@ -139,6 +142,7 @@ def _outcome(name: str, args: dict[str, Any], call: CallResult) -> ToolOutcome:
             status="failed",
             retryable=retryable,
             error=error_text(err),
+            outcome_unknown=not said,  # it raised without saying what happened
         )
     try:
         result = to_result(call.value)

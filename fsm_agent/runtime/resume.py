@@ -35,6 +35,7 @@ from fsm_agent.runtime.actions import (
     receipts_note,
 )
 from fsm_agent.runtime.context import Clock, RunContext
+from fsm_agent.runtime.contract import may_reissue
 from fsm_agent.runtime.halting import Halting
 from fsm_agent.runtime.proposals import ToolCall
 from fsm_agent.runtime.snapshot import SUCCESS_RULES, Snapshot
@@ -175,7 +176,7 @@ def restore_context(
     """The run's context as it was after its last committed event."""
     last = events[-1]
     snap = last.snapshot
-    if snap.rules < SUCCESS_RULES:  # its journal cannot say which calls had side effects
+    if snap.rules < 2:  # its journal cannot say which calls had side effects
         raise InvalidInputError(
             f"run {run.run_id} was recorded under success rules {snap.rules}, before this"
             f" version (rules {SUCCESS_RULES}) learned which calls have side effects; it is"
@@ -195,6 +196,10 @@ def restore_context(
         clock=clock,
         start=clock() - snap.clock_ms / 1000,
         privileged=snap.privileged,
+        idempotent=snap.idempotent,
+        repeatable=snap.repeatable,
+        effects=snap.effects,
+        effects_omitted=snap.effects_omitted,
         repair_voter=repair,
         judge=judge,
         steps_used=snap.meters.steps_used,
@@ -256,7 +261,9 @@ def unknown_side_effect(spec: MachineSpec, ctx: RunContext, state: str) -> str |
         if not isinstance(call, ToolCall):
             return None  # nothing was proposed, so nothing was issued
         tool = ctx.tools.get(call.name)
-        if tool is not None and tool.idempotent:
+        if tool is not None and may_reissue(
+            side_effect=tool.side_effect, idempotent=tool.idempotent
+        ):
             return None
         what = "not declared idempotent" if tool is not None else "not in the tools given"
         return (

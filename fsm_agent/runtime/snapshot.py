@@ -22,9 +22,16 @@ ToolStatus = Literal["returned", "failed", "timed_out", "interrupted"]
 
 #: The success rules new runs are decided under. 1: journals recorded before 2026-12-01 (an
 #: answer grounded by any substring match; side effects not checked); 2: no `completed`
-#: while a side-effecting call lacks complete receipts, and value-level grounding. Replay
-#: re-decides a run under the rules it was recorded with.
-SUCCESS_RULES: Final = 2
+#: while a side-effecting call lacks complete receipts, and value-level grounding, where the
+#: declaration's guards say so; 3 (since 2026-12-02): the runtime's own contract
+#: (`fsm_agent.runtime.contract`) on top of every declaration. Replay re-decides a run
+#: under the rules it was recorded with.
+SUCCESS_RULES: Final = 3
+#: What each older version of the success rules came before, as review says it.
+BEFORE: Final = {
+    1: "before side effects needed receipts and answers value-level grounding",
+    2: "before the runtime enforced its own contract whatever the declaration said",
+}
 
 
 @attrs.frozen
@@ -58,11 +65,35 @@ class PendingEffect:
     name: str
     args: dict[str, Any]
     why: str
+    #: True when the call may have happened without a word back (timed out, interrupted,
+    #: raised something other than a `ToolError`): it is never re-issued unless the tool is
+    #: idempotent, and a later call's receipts do not settle it (rules 3)
+    unknown: bool = False
 
     def describe(self) -> str:
         """`step 2: close_ticket({"ticket": "T-200"}) -> 206 with an empty id`."""
-        args = json.dumps(self.args, sort_keys=True, default=repr)
-        return f"step {self.step}: {self.name}({args}) -> {self.why}"
+        return f"step {self.step}: {call_text(self.name, self.args)} -> {self.why}"
+
+
+def call_text(name: str, args: dict[str, Any]) -> str:
+    """`refund({"cents": 500, "customer": "C-17"})`: one call as a person reads it."""
+    return f"{name}({json.dumps(args, sort_keys=True, default=repr)})"
+
+
+@attrs.frozen
+class DoneEffect:
+    """A side-effecting call that returned complete receipts: its effect happened. The same
+    call is not made again unless its tool is declared `repeatable` or idempotent (rules 3)."""
+
+    step: int
+    name: str
+    args: dict[str, Any]
+    ids: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """`step 2: refund({"cents": 500}) -> receipted (rf_1)`."""
+        ids = ", ".join(self.ids)
+        return f"step {self.step}: {call_text(self.name, self.args)} -> receipted ({ids})"
 
 
 @attrs.frozen
@@ -116,6 +147,14 @@ class Snapshot:
     #: a second-opinion judge's vote on a possible success: none (no judge or not asked),
     #: agree, veto, or ignored (a judge off a local or paid lane has no vote)
     judge: Literal["none", "agree", "veto", "ignored"] = "none"
+    #: side-effecting calls of this run that returned complete receipts (rules 3)
+    effects: tuple[DoneEffect, ...] = ()
+    #: such calls older than the last MAX_PENDING, only counted
+    effects_omitted: int = 0
+    #: the run's tools declared idempotent: a call of one may be re-issued (rules 3)
+    idempotent: tuple[str, ...] = ()
+    #: the run's tools whose repeat is meant (declared repeatable, or idempotent)
+    repeatable: tuple[str, ...] = ()
 
 
 def entering(snap: Snapshot, state: str, next_action: str | None, meters: Meters) -> Snapshot:
@@ -145,4 +184,8 @@ def entering(snap: Snapshot, state: str, next_action: str | None, meters: Meters
         snap.thrash_limit,
         snap.repair,
         snap.judge,
+        snap.effects,
+        snap.effects_omitted,
+        snap.idempotent,
+        snap.repeatable,
     )

@@ -65,6 +65,10 @@ class Tool:
     #: `completed` while a side-effecting call lacks complete receipts; the default fails
     #: closed, so a forgotten declaration never lets an unreceipted write pass as done.
     side_effect: bool = True
+    #: True when calling it again with the same arguments after it took effect is meant (a
+    #: second e-mail, a new id per call). Otherwise the runtime refuses such a repeat
+    #: (`repeat_refused`); an idempotent tool may always repeat (the same effect again).
+    repeatable: bool = False
 
 
 def argument_problem(tool: Tool, args: Mapping[str, Any]) -> str | None:
@@ -108,6 +112,7 @@ class ToolRegistry:
         idempotent: bool = False,
         isolation: Isolation = "thread",
         side_effect: bool = True,
+        repeatable: bool = False,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator: register a function as a tool (named after the function by default)."""
 
@@ -121,6 +126,7 @@ class ToolRegistry:
                     idempotent=idempotent,
                     isolation=isolation,
                     side_effect=side_effect,
+                    repeatable=repeatable,
                 )
             )
             return fn

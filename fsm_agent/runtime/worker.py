@@ -27,6 +27,7 @@ from fsm_agent.declaration.machine import Decision, compile_machine
 from fsm_agent.declaration.spec import MachineSpec
 from fsm_agent.encoding import refuse_unencodable
 from fsm_agent.errors import (
+    ContractRefused,
     HaltPathRefused,
     Interrupted,
     InvalidInputError,
@@ -138,6 +139,8 @@ def run(
             clock=clock,
             start=clock(),
             privileged=tuple(t.name for t in registry if t.privileged),
+            idempotent=tuple(t.name for t in registry if t.idempotent),
+            repeatable=tuple(t.name for t in registry if t.repeatable or t.idempotent),
             repair_voter=repair,
             judge=judge,
             secrets=secrets,
@@ -289,6 +292,8 @@ class _Worker(Resumption, OperatorControls):
                 if unwritten is not None:  # no record file says so: the error must
                     exc.args = (f"{exc}; and {unwritten}",)
                 raise
+            except ContractRefused as exc:
+                self._force(HaltReason(exc.reason), "refused", str(exc))
             except HaltPathRefused as exc:
                 self._force(HaltReason.HALT_PATH_REFUSED, "refused", str(exc))
             except RoutingFrozen as exc:
@@ -375,6 +380,11 @@ class _Worker(Resumption, OperatorControls):
             return
         decision = self.compiled.decide(state, outcome, snap)
         chosen = decision.transition
+        refused = decision.refused
+        if refused is not None:  # the runtime's contract, whatever the declaration chose
+            self._force(refused.reason, outcome, refused.why, snapshot=snap,
+                        guards=decision.guards, facts=facts)  # fmt: skip
+            return
         if chosen is None:
             self._force(
                 HaltReason.NO_TRANSITION,

@@ -1,0 +1,179 @@
+"""The contract the runtime enforces whatever a declaration says (success rules 3).
+
+A declaration's guards choose among its edges; they can make a machine stricter, never
+looser. Once the declaration has chosen an edge, the runtime refuses it — the run halts in
+`handoff` with the reason below and a packet — when taking it would:
+
+- `allow_list` -> `tool_refused`: run a tool that is not on the run's allow-list (the
+  declaration's `tools:` that are registered);
+- `privileged` -> `halt_path_refused`: run a privileged tool while the halt vote is not
+  owned by a local function;
+- `unknown_effect` -> `side_effect_unknown`: re-issue a side-effecting call whose earlier
+  outcome is unknown (timed out, interrupted, failed without a `ToolError`), unless its
+  tool is idempotent;
+- `repeat` -> `repeat_refused`: make again a side-effecting call that already returned
+  complete receipts, unless its tool is `repeatable` or idempotent;
+- `receipts` -> `side_effect_unknown`: end `completed` while a side-effecting call lacks
+  complete receipts;
+- `grounded` -> `ungrounded_answer`: end `completed` with an answer receipted results do
+  not back (a final answer stating values no receipted call returned, a tool `final`
+  without complete receipts, no answer at all).
+
+Every rule is a pure function of the decision's snapshot, so replay re-decides it, `check`
+explores it and `simulate` meets it through this one module. A run recorded under older
+success rules (its snapshots' `rules` < 3) was not decided under this contract and replays
+without it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+from fsm_agent.halt import HaltReason
+from fsm_agent.runtime.grounding import ground
+from fsm_agent.runtime.lanes import halt_lane_refusal
+from fsm_agent.runtime.proposals import FinalAnswer, ToolCall
+from fsm_agent.runtime.receipts import receipts_complete
+from fsm_agent.runtime.snapshot import Snapshot, call_text
+
+#: The success rules that brought this contract.
+CONTRACT_SINCE: Final = 3
+#: How a refusal is written in a decision's guard log: `runtime:<rule>`, False.
+PREFIX: Final = "runtime:"
+#: Every rule of the contract -> the halt it refuses with.
+RULES: Final = {
+    "allow_list": HaltReason.TOOL_REFUSED,
+    "privileged": HaltReason.HALT_PATH_REFUSED,
+    "unknown_effect": HaltReason.SIDE_EFFECT_UNKNOWN,
+    "repeat": HaltReason.REPEAT_REFUSED,
+    "receipts": HaltReason.SIDE_EFFECT_UNKNOWN,
+    "grounded": HaltReason.UNGROUNDED_ANSWER,
+}
+
+
+@attrs.frozen
+class Refusal:
+    """The runtime's refusal of a declared edge: the rule, the halt, and why, in one line."""
+
+    rule: str
+    reason: HaltReason
+    why: str
+
+    def __attrs_post_init__(self) -> None:
+        if RULES.get(self.rule) is not self.reason:
+            raise ValueError(f"rule {self.rule!r} refuses with {RULES.get(self.rule)}")
+
+    @property
+    def guard(self) -> str:
+        """The refusal's name in the guard log."""
+        return PREFIX + self.rule
+
+
+def tool_refusal(s: Snapshot) -> Refusal | None:
+    """Why the runtime will not run the proposed tool call of `s`, or None."""
+    p = s.proposal
+    if not isinstance(p, ToolCall):
+        return None
+    call = call_text(p.name, dict(p.args))
+    if p.name not in s.allowlist:
+        allowed = ", ".join(s.allowlist) or "no tools"
+        return Refusal(
+            "allow_list",
+            HaltReason.TOOL_REFUSED,
+            f"tool {p.name!r} is not on the run's allow-list ({allowed}); nothing was run",
+        )
+    if p.name in s.privileged and halt_lane_refusal(s.control, "halt", s.halt_lane) is not None:
+        return Refusal(
+            "privileged",
+            HaltReason.HALT_PATH_REFUSED,
+            f"tool {p.name!r} is privileged and the halt vote is not owned by a local"
+            " function; nothing was run",
+        )
+    if p.name not in s.idempotent:
+        for pending in s.unreceipted:
+            if pending.unknown and pending.name == p.name and pending.args == p.args:
+                return Refusal(
+                    "unknown_effect",
+                    HaltReason.SIDE_EFFECT_UNKNOWN,
+                    f"{call} was proposed again, but its earlier call's outcome is unknown"
+                    f" ({pending.describe()}); {p.name} is not declared idempotent, so it is"
+                    " not re-issued: check the earlier call by hand",
+                )
+    if p.name not in s.repeatable:
+        for done in s.effects:
+            if done.name == p.name and done.args == p.args:
+                return Refusal(
+                    "repeat",
+                    HaltReason.REPEAT_REFUSED,
+                    f"{call} was proposed again after the same call already took effect"
+                    f" ({done.describe()}); {p.name} is not declared repeatable or"
+                    " idempotent, so it is not made twice",
+                )
+        if s.effects_omitted:  # older calls are only counted: a repeat cannot be ruled out
+            return Refusal(
+                "repeat",
+                HaltReason.REPEAT_REFUSED,
+                f"{call} may repeat one of {s.effects_omitted} earlier receipted calls no"
+                " longer named in the snapshot; it is not made",
+            )
+    return None
+
+
+def success_refusal(s: Snapshot) -> Refusal | None:
+    """Why the runtime will not end the run `completed` on `s`, or None."""
+    if s.unreceipted or s.unreceipted_omitted:
+        return Refusal(
+            "receipts",
+            HaltReason.SIDE_EFFECT_UNKNOWN,
+            "no success while a side-effecting call lacks complete receipts: "
+            + "; ".join(p.describe() for p in s.unreceipted[-3:])
+            + (f" (and {s.unreceipted_omitted} older)" if s.unreceipted_omitted else ""),
+        )
+    p = s.proposal
+    if isinstance(p, FinalAnswer):
+        verdict = ground(p.text, s.receipted)
+        if verdict.grounded:
+            return None
+        if verdict.missing:
+            said = ", ".join(repr(v) for v in verdict.missing[:5])
+            why = f"the answer states {said}, which no receipted tool result returned"
+        else:
+            why = "no value a receipted tool result returned backs the answer"
+        return Refusal("grounded", HaltReason.UNGROUNDED_ANSWER, f"no success: {why}")
+    t = s.tool
+    if t is None or not t.final:
+        return Refusal(
+            "grounded",
+            HaltReason.UNGROUNDED_ANSWER,
+            "no success: the run has no answer (no grounded final answer, no tool result"
+            " carrying the goal)",
+        )
+    if t.status != "returned" or not receipts_complete(t.receipts):
+        return Refusal(
+            "grounded",
+            HaltReason.UNGROUNDED_ANSWER,
+            f"no success: {t.name}'s result carries the goal without complete receipts",
+        )
+    return None
+
+
+def refusal(s: Snapshot, *, completes: bool, runs_tool: bool) -> Refusal | None:
+    """The runtime's refusal of an edge that halts `completed` (`completes`) or enters a
+    state whose action runs the proposed tool (`runs_tool`), decided on `s`; None for a run
+    under older success rules, which were decided without this contract."""
+    if s.rules < CONTRACT_SINCE:
+        return None
+    if completes:
+        return success_refusal(s)
+    if runs_tool:
+        return tool_refusal(s)
+    return None
+
+
+def may_reissue(*, side_effect: bool, idempotent: bool) -> bool:
+    """Whether a call cut off with no word back may be made again: a read, or an idempotent
+    tool (the same arguments, so the same idempotency key). The live run and `resume` both
+    ask this."""
+    return not side_effect or idempotent
