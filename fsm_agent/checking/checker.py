@@ -12,7 +12,7 @@ import attrs
 from fsm_agent.checking.explore import Exploration, explore
 from fsm_agent.checking.limits import DEFAULT_LIMIT
 from fsm_agent.checking.model import Bounds
-from fsm_agent.checking.properties import Verdict, check_all, halts
+from fsm_agent.checking.properties import Verdict, check_all, dead, halts
 from fsm_agent.declaration.spec import MachineSpec
 
 if TYPE_CHECKING:
@@ -97,6 +97,8 @@ def check_machine(
     bounds = bounds_of(spec, budgets, privileged_possible=privileged_possible)
     e = explore(spec, bounds, limit)
     verdicts = check_all(e, policy_problems)
+    if not verdicts[4].proven and not privileged_possible:
+        verdicts = (*verdicts[:4], _defensive(spec, verdicts[4], bounds, limit))
     halting = verdicts[0].proven
     longest = verdicts[0].longest
     fitted = _growth(spec, bounds, longest) if halting and growth else None
@@ -111,6 +113,16 @@ def check_machine(
         growth=fitted,
         exploration=e,
     )
+
+
+def _defensive(spec: MachineSpec, found: Verdict, bounds: Bounds, limit: int) -> Verdict:
+    """`dead` when no allow-listed tool is privileged: what would be reachable were one
+    privileged (a defensive edge for a privileged tool) is information, not a failure."""
+    were = dead(explore(spec, attrs.evolve(bounds, privileged_possible=True), limit))
+    if not were.proven:
+        return found
+    note = (f"defensive, reachable only if an allow-listed tool were privileged: {found.summary}",)
+    return Verdict("dead", True, were.summary, details=note + found.details)
 
 
 def longest_at(spec: MachineSpec, bounds: Bounds) -> tuple[int, int] | None:

@@ -14,10 +14,20 @@ from typing import Any, NamedTuple
 import attrs
 
 from fsm_agent.checking.limits import DEFAULT_LIMIT
-from fsm_agent.checking.model import Bounds, Config, Liveness, base, guard_value, is_free, outcomes
+from fsm_agent.checking.model import (
+    Bounds,
+    Config,
+    Liveness,
+    base,
+    contract_refusal,
+    guard_value,
+    is_free,
+    outcomes,
+    repeat_refusals,
+)
 from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec, TransitionSpec
 from fsm_agent.errors import InvalidInputError
-from fsm_agent.halt import BUDGET_EXHAUSTED, HANDOFF, HaltReason
+from fsm_agent.halt import BUDGET_EXHAUSTED, HANDOFF, HaltReason, terminal_state
 
 
 class TooLarge(InvalidInputError):
@@ -65,6 +75,8 @@ class Step(NamedTuple):
     dest: Node
     #: later candidates whose guards could also have passed (declaration order chose)
     overlaps: tuple[int, ...] = ()
+    #: the runtime's contract refused `transition` (`dest` is that halt), or None
+    refused: HaltReason | None = None
 
 
 @attrs.frozen
@@ -203,6 +215,18 @@ def _successors(c: Config, spec: MachineSpec, live: Liveness, d: _Decider) -> It
     )
     for trigger, after in outcomes(c, action, live, d.bounds):
         for chosen, log, later in d.decide(after, trigger):
+            refused = None if chosen is None else contract_refusal(after, chosen, spec)
+            if chosen is not None and refused is not None:
+                rule, reason = refused
+                halt = Halt(terminal_state(reason), reason, after.steps)
+                entry = (chosen.index, rule, False)
+                yield Step(c, trigger, after, chosen, (*log, entry), halt, later, reason)
+                continue
+            if chosen is not None:
+                for rule, reason in repeat_refusals(after, chosen, spec):
+                    halt = Halt(terminal_state(reason), reason, after.steps)
+                    entry = (chosen.index, rule, False)
+                    yield Step(c, trigger, after, chosen, (*log, entry), halt, later, reason)
             yield Step(c, trigger, after, chosen, log, _dest(after, chosen, spec, live, d), later)
 
 

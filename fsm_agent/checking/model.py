@@ -23,7 +23,8 @@ from typing import NamedTuple
 
 import attrs
 
-from fsm_agent.declaration.spec import ACTION_OUTCOMES, MachineSpec
+from fsm_agent.declaration.spec import ACTION_OUTCOMES, MachineSpec, TransitionSpec
+from fsm_agent.halt import HaltReason
 
 #: Built-in guards the configuration does not decide (the judge's vote); every other
 #: built-in is decided by `guard_value`, and user guards (`package.module:function`) are free.
@@ -167,6 +168,45 @@ def guard_value(name: str, c: Config, bounds: Bounds) -> bool:
     raise KeyError(name)
 
 
+def contract_refusal(
+    c: Config, t: TransitionSpec, spec: MachineSpec
+) -> tuple[str, HaltReason] | None:
+    """The runtime's contract (`fsm_agent.runtime.contract`) on the decision that chose `t`
+    on `c`: (`runtime:<rule>`, the halt) when the runtime refuses it for certain, or None.
+    The rules that need the identity of calls are `repeat_refusals`."""
+    if t.halt is HaltReason.COMPLETED:
+        if c.pending:
+            return "runtime:receipts", HaltReason.SIDE_EFFECT_UNKNOWN
+        if c.kind == "answer":
+            backed = c.grounded
+        else:
+            backed = c.tool == "returned" and c.complete and c.final
+        return None if backed else ("runtime:grounded", HaltReason.UNGROUNDED_ANSWER)
+    if spec.state(t.dest).action == "tool" and c.kind == "tool_call":
+        if not c.allowed:
+            return "runtime:allow_list", HaltReason.TOOL_REFUSED
+        if c.privileged and not c.lane_local:
+            return "runtime:privileged", HaltReason.HALT_PATH_REFUSED
+    return None
+
+
+def repeat_refusals(
+    c: Config, t: TransitionSpec, spec: MachineSpec
+) -> tuple[tuple[str, HaltReason], ...]:
+    """The refusals of the contract's call-identity rules that may also stop the decision
+    that chose `t` on `c` (configurations do not keep which calls were made, so these are
+    possibilities): a proposed call may repeat an earlier one that took effect (once any
+    call may have been made) or one whose outcome is unknown (while a call is pending)."""
+    if spec.state(t.dest).action != "tool" or c.kind != "tool_call":
+        return ()
+    out: tuple[tuple[str, HaltReason], ...] = ()
+    if c.steps > 1 or c.pending or c.evidence or c.tool is not None:
+        out += (("runtime:repeat", HaltReason.REPEAT_REFUSED),)
+    if c.pending:
+        out += (("runtime:unknown_effect", HaltReason.SIDE_EFFECT_UNKNOWN),)
+    return out
+
+
 class Liveness:
     """Which guards the machine reads, and which fact groups are live on entering each
     state (read by some guard before an action overwrites them)."""
@@ -178,8 +218,11 @@ class Liveness:
         for t in spec.transitions:
             reads_at[t.source].update(base(g)[1] for g in t.guards)
         live: dict[str, set[str]] = {}
+        completes = {t.source for t in spec.transitions if t.halt is HaltReason.COMPLETED}
         for s in spec.states:
-            groups = set()
+            groups: set[str] = set()
+            if s.name in completes:  # the runtime's success rule reads both
+                groups.update(("proposal", "tool"))
             if reads_at[s.name] & _PROPOSAL_GUARDS or s.action == "tool":
                 groups.add("proposal")  # a tool state's entry is checked for privilege
             if reads_at[s.name] & _TOOL_GUARDS or s.action == "receipts":
@@ -236,7 +279,7 @@ def _both(wanted: bool) -> tuple[bool, ...]:
 def model_outcomes(c: Config, live: Liveness, bounds: Bounds) -> Iterator[tuple[str, Config]]:
     """Every (trigger, configuration) a model call can lead to: one more step."""
     c = c._replace(steps=c.steps + 1)
-    allowed = (False, True) if live.reads_any("tool_allowed") else (True,)
+    allowed = (False, True)  # the runtime's contract reads the allow-list
     privileged = _both(bounds.privileged_possible)
     thrash = _both(live.reads_any("thrashing"))
     for a in allowed:
@@ -246,7 +289,7 @@ def model_outcomes(c: Config, live: Liveness, bounds: Bounds) -> Iterator[tuple[
                     "tool_call",
                     c._replace(kind="tool_call", allowed=a, privileged=p, thrash=t),
                 )
-    grounded = _both(c.evidence and live.reads_any("answer_grounded"))
+    grounded = _both(c.evidence)  # the runtime's success rule grounds every answer
     for g in grounded:
         yield "answer", c._replace(kind="answer", grounded=g)
     yield "handoff", c._replace(kind="handoff")
@@ -268,7 +311,7 @@ def call_outcomes(
 ) -> Iterator[tuple[str, Config]]:
     """Every (trigger, configuration) a tool call or user action can lead to. `returned`:
     the triggers of a call that returned; `failures`: those of a failure and a timeout."""
-    finals = _both(live.reads_any("goal_satisfied"))
+    finals = (False, True)  # the runtime's success rule reads a tool's final value
     for trigger in returned:
         for complete in (False, True):
             for final in finals:
@@ -314,9 +357,7 @@ def outcomes(c: Config, action: str, live: Liveness, bounds: Bounds) -> list[tup
         return [
             (
                 "collected",
-                c._replace(
-                    evidence=collected and live.reads_any("answer_grounded", "evidence_complete")
-                ),
+                c._replace(evidence=collected),
             )
         ]
     declared = tuple(

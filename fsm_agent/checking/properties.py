@@ -27,7 +27,7 @@ from typing import Final
 import attrs
 
 from fsm_agent.checking.explore import Exploration, Halt, Node, Step
-from fsm_agent.checking.model import Config, base
+from fsm_agent.checking.model import Config, base, contract_refusal
 from fsm_agent.declaration.spec import BUDGET_TRIGGER
 from fsm_agent.halt import DONE, HaltReason
 
@@ -172,23 +172,23 @@ def gaps(e: Exploration) -> Verdict:
 
 
 def receipts(e: Exploration) -> Verdict:
+    """Every step into done passes the runtime's success rule on its configuration (the
+    runtime refuses any other, whatever the declaration's guards: `contract_refusal`)."""
     bad = [
         s
         for s in e.all_steps()
         if isinstance(s.dest, Halt)
         and s.dest.state == DONE
-        and (s.after.pending or not _passed(s.log, GROUNDING))
+        and (s.transition is None or contract_refusal(s.after, s.transition, e.spec) is not None)
     ]
     if not bad:
         return Verdict("receipts", True, "every way into done is receipted and grounded")
     first = min(bad, key=lambda s: e.depth[s.source])
-    why = (
-        "a side-effecting call lacks complete receipts"
-        if first.after.pending
-        else "no grounding guard (answer_grounded, goal_satisfied) passed"
-    )
     return Verdict(
-        "receipts", False, f"a run can end done while {why}", (*e.path_to(first.source), first)
+        "receipts",
+        False,
+        "a run can end done while the runtime's success rule refuses it",
+        (*e.path_to(first.source), first),
     )
 
 
@@ -196,7 +196,7 @@ def privileged(e: Exploration, policy_problems: tuple[str, ...] = ()) -> Verdict
     tools = {s.name for s in e.spec.states if s.action == "tool"}
     for s in _by_depth(e, e.all_steps()):
         t = s.transition
-        if t is None or t.dest not in tools:
+        if t is None or t.dest not in tools or s.refused is not None:
             continue
         if s.after.kind == "tool_call" and s.after.privileged and not _passed(s.log, LOCAL_CHECKS):
             return Verdict(
@@ -232,12 +232,10 @@ def _by_depth(e: Exploration, steps: Iterable[Step]) -> list[Step]:
 def dead(e: Exploration) -> Verdict:
     spec = e.spec
     states = {c.state for c in e.steps} | {n.state for n in e.parent if isinstance(n, Halt)}
-    taken = {s.transition.index for s in e.all_steps() if s.transition is not None}
-    reasons: set[HaltReason] = {
-        s.transition.halt
-        for s in e.all_steps()
-        if s.transition is not None and s.transition.halt is not None
+    taken = {
+        s.transition.index for s in e.all_steps() if s.transition is not None and s.refused is None
     }
+    reasons: set[HaltReason] = {s.dest.reason for s in e.all_steps() if isinstance(s.dest, Halt)}
     missing = [f"state {s.name!r}" for s in spec.states if s.name not in states]
     missing += [
         f"transition {t.index} {t.trigger!r} {t.source} → {t.dest}"
