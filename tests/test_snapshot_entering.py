@@ -7,7 +7,14 @@ import attrs
 from fsm_agent.runtime.budgets import Budgets, Meters
 from fsm_agent.runtime.lanes import ControlPlane, Lane
 from fsm_agent.runtime.proposals import ToolCall
-from fsm_agent.runtime.snapshot import PendingEffect, Receipted, Snapshot, ToolOutcome, entering
+from fsm_agent.runtime.snapshot import (
+    DoneEffect,
+    PendingEffect,
+    Receipted,
+    Snapshot,
+    ToolOutcome,
+    entering,
+)
 
 
 def _every_field_set() -> Snapshot:
@@ -20,6 +27,8 @@ def _every_field_set() -> Snapshot:
         unreceipted_omitted=3, receipted=(Receipted(1, "lookup", ("v",)),),
         allowlist=("lookup",), privileged=("p",), halt_lane=Lane(kind="local_fn", tier="paid"),
         control=ControlPlane(), repeats=2, thrash_limit=4, repair="failed", judge="veto",
+        effects=(DoneEffect(1, "w", {}, ("i",)),), effects_omitted=1, idempotent=("c",),
+        repeatable=("e",),
     )  # fmt: skip
 
 
