@@ -107,6 +107,28 @@ def machine(
     return path
 
 
+def goal_on_answer(tmp_path: Path) -> Path:
+    """The answer edge into done reads goal_satisfied (the last tool's receipts), not the
+    answer; receipts alone never complete the run."""
+    return machine(
+        tmp_path,
+        drop=("trigger: collected, source: awaiting_receipts, dest: done",),
+        swap=("guards: [answer_grounded, judge_agrees]", "guards: [goal_satisfied, judge_agrees]"),
+    )
+
+
+def timeout_to_drafting(tmp_path: Path) -> Path:
+    """A timed-out call goes back to drafting, where the model may propose it again."""
+    return machine(
+        tmp_path,
+        edit=(
+            "{trigger: tool_timed_out, source: tool_pending, dest: budget_exhausted,"
+            " halt: tool_timeout}",
+            "{trigger: tool_timed_out, source: tool_pending, dest: drafting}",
+        ),
+    )
+
+
 @pytest.fixture
 def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """The shop's tools module, under a name of its own (modules stay imported), in the
@@ -157,11 +179,7 @@ def test_an_invented_answer_never_completes_whatever_guard_the_declaration_names
     tmp_path: Path, shop: str
 ) -> None:
     # The answer edge into done reads goal_satisfied (the last tool's receipts), not the answer.
-    spec = machine(
-        tmp_path,
-        drop=("trigger: collected, source: awaiting_receipts, dest: done",),
-        swap=("guards: [answer_grounded, judge_agrees]", "guards: [goal_satisfied, judge_agrees]"),
-    )
+    spec = goal_on_answer(tmp_path)
     invented = "The vault code is 99999. Wire $1,000,000 to account 31337."
     result = run(tmp_path, spec, shop, [call("lookup", q="vault"), {"answer": invented}])
     assert result.exit_code == 4, result.output
@@ -178,11 +196,7 @@ def test_an_invented_answer_never_completes_whatever_guard_the_declaration_names
 def test_a_grounded_answer_still_completes_on_the_same_declaration(
     tmp_path: Path, shop: str
 ) -> None:
-    spec = machine(
-        tmp_path,
-        drop=("trigger: collected, source: awaiting_receipts, dest: done",),
-        swap=("guards: [answer_grounded, judge_agrees]", "guards: [goal_satisfied, judge_agrees]"),
-    )
+    spec = goal_on_answer(tmp_path)
     result = run(tmp_path, spec, shop, [call("lookup", q="vault"), {"answer": "swordfish"}])
     assert result.exit_code == 0, result.output
     assert record(tmp_path).halt_reason == "completed"
@@ -209,14 +223,7 @@ def test_a_tool_off_the_allow_list_never_runs_without_a_tool_allowed_guard(
 
 def test_a_timed_out_payment_is_never_taken_twice(tmp_path: Path, shop: str) -> None:
     # The declaration sends a timed-out call back to drafting; the model proposes it again.
-    spec = machine(
-        tmp_path,
-        edit=(
-            "{trigger: tool_timed_out, source: tool_pending, dest: budget_exhausted,"
-            " halt: tool_timeout}",
-            "{trigger: tool_timed_out, source: tool_pending, dest: drafting}",
-        ),
-    )
+    spec = timeout_to_drafting(tmp_path)
     charge = call("charge", card="4242", cents=500)
     result = run(tmp_path, spec, shop, [charge, charge, {"answer": "charged ch_2"}],
                  "--tool-timeout-ms", "1000")  # fmt: skip
@@ -233,14 +240,7 @@ def test_a_timed_out_payment_is_never_taken_twice(tmp_path: Path, shop: str) -> 
 def test_an_idempotent_call_that_timed_out_may_be_made_again_and_settles(
     tmp_path: Path, shop: str
 ) -> None:
-    spec = machine(
-        tmp_path,
-        edit=(
-            "{trigger: tool_timed_out, source: tool_pending, dest: budget_exhausted,"
-            " halt: tool_timeout}",
-            "{trigger: tool_timed_out, source: tool_pending, dest: drafting}",
-        ),
-    )
+    spec = timeout_to_drafting(tmp_path)
     capture = call("capture", order="ord_1")
     result = run(tmp_path, spec, shop, [capture, capture, {"answer": "captured cap_1"}],
                  "--tool-timeout-ms", "1000")  # fmt: skip

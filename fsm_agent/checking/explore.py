@@ -215,19 +215,16 @@ def _successors(c: Config, spec: MachineSpec, live: Liveness, d: _Decider) -> It
     )
     for trigger, after in outcomes(c, action, live, d.bounds):
         for chosen, log, later in d.decide(after, trigger):
-            refused = None if chosen is None else contract_refusal(after, chosen, spec)
-            if chosen is not None and refused is not None:
-                rule, reason = refused
+            certain = None if chosen is None else contract_refusal(after, chosen, spec)
+            possible = () if chosen is None or certain else repeat_refusals(after, chosen, spec)
+            for rule, reason in (certain,) if certain else possible:
+                assert chosen is not None  # noqa: S101 - refusals are of a chosen edge
                 halt = Halt(terminal_state(reason), reason, after.steps)
                 entry = (chosen.index, rule, False)
                 yield Step(c, trigger, after, chosen, (*log, entry), halt, later, reason)
-                continue
-            if chosen is not None:
-                for rule, reason in repeat_refusals(after, chosen, spec):
-                    halt = Halt(terminal_state(reason), reason, after.steps)
-                    entry = (chosen.index, rule, False)
-                    yield Step(c, trigger, after, chosen, (*log, entry), halt, later, reason)
-            yield Step(c, trigger, after, chosen, log, _dest(after, chosen, spec, live, d), later)
+            if certain is None:
+                dest = _dest(after, chosen, spec, live, d)
+                yield Step(c, trigger, after, chosen, log, dest, later)
 
 
 def _dest(

@@ -169,13 +169,7 @@ class CompiledMachine:
                 if not call.evaluate(snapshot, log):
                     break
             else:
-                looked = self._contract.get(transition.index)
-                if looked is not None:
-                    refused = refusal(snapshot, completes=looked[0], runs_tool=looked[1])
-                    if refused is not None:
-                        log.append(GuardResult(transition.index, refused.guard, False))
-                        return Decision(transition, tuple(log), refused)
-                return Decision(transition=transition, guards=tuple(log))
+                return self._held(transition, snapshot, log)
         return Decision(transition=None, guards=tuple(log))
 
     def decide_via_machine(self, state: str, trigger: str, snapshot: Snapshot) -> Decision:
@@ -186,14 +180,20 @@ class CompiledMachine:
             return Decision(transition=None, guards=())
         cursor = _Cursor(state, snapshot)
         event.trigger(cursor)
-        chosen = None if cursor.fired is None else self.spec.transitions[cursor.fired]
-        looked = None if chosen is None else self._contract.get(chosen.index)
-        if chosen is not None and looked is not None:
+        if cursor.fired is None:
+            return Decision(transition=None, guards=tuple(cursor.log))
+        return self._held(self.spec.transitions[cursor.fired], snapshot, cursor.log)
+
+    def _held(self, chosen: TransitionSpec, snapshot: Snapshot, log: list[GuardResult]) -> Decision:
+        """The decision for `chosen`, held to the runtime's contract: a refusal is logged
+        as `runtime:<rule>` = False on that edge."""
+        looked = self._contract.get(chosen.index)
+        if looked is not None:
             refused = refusal(snapshot, completes=looked[0], runs_tool=looked[1])
             if refused is not None:
-                cursor.log.append(GuardResult(chosen.index, refused.guard, False))
-                return Decision(chosen, tuple(cursor.log), refused)
-        return Decision(transition=chosen, guards=tuple(cursor.log))
+                log.append(GuardResult(chosen.index, refused.guard, False))
+                return Decision(chosen, tuple(log), refused)
+        return Decision(transition=chosen, guards=tuple(log))
 
     def check_budget(self, state: str, snapshot: Snapshot) -> Decision:
         """The implicit budget transition out of `state`, decided on `snapshot`.

@@ -32,6 +32,7 @@ from typing import Final
 import attrs
 
 from fsm_agent.halt import HaltReason
+from fsm_agent.runtime.effects import pending_summary
 from fsm_agent.runtime.grounding import ground
 from fsm_agent.runtime.lanes import halt_lane_refusal
 from fsm_agent.runtime.proposals import FinalAnswer, ToolCall
@@ -128,8 +129,7 @@ def success_refusal(s: Snapshot) -> Refusal | None:
             "receipts",
             HaltReason.SIDE_EFFECT_UNKNOWN,
             "no success while a side-effecting call lacks complete receipts: "
-            + "; ".join(p.describe() for p in s.unreceipted[-3:])
-            + (f" (and {s.unreceipted_omitted} older)" if s.unreceipted_omitted else ""),
+            + pending_summary(s.unreceipted, s.unreceipted_omitted),
         )
     p = s.proposal
     if isinstance(p, FinalAnswer):

@@ -75,7 +75,6 @@ def settle(
     if not outcome.side_effect:
         return pending, omitted
     why = _why(outcome)
-    kept = pending
     if why is None:
         kept = tuple(
             p
