@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from fsm_agent.checking.explore import Exploration, explore
+from fsm_agent.checking.explore import Exploration, Work, collector_paused, explore
 from fsm_agent.checking.limits import DEFAULT_LIMIT
 from fsm_agent.checking.model import Bounds
 from fsm_agent.checking.properties import Verdict, check_all, dead, halts
@@ -59,6 +59,9 @@ class CheckReport:
     longest: tuple[int, int] | None
     growth: Growth | None
     exploration: Exploration = attrs.field(repr=False, eq=False)
+    #: the units of work the whole check spent (`Work`), and the limit they were held to
+    work: int = 0
+    limit: int = DEFAULT_LIMIT
 
     @property
     def proven(self) -> bool:
@@ -92,16 +95,19 @@ def check_machine(
     """Prove or refute the five properties (`fsm_agent.checking.properties`) of `spec` under
     its budgets (with `budgets` overrides). `privileged_possible=False`: no allow-listed tool
     is privileged (known from a tool registry). `growth`: also fit the longest run's formula
-    over small budgets. Raises `TooLarge` past `limit` configurations."""
+    over small budgets. Raises `TooLarge` once the work of every exploration it makes
+    (`Work`: configurations, transitions and guard evaluations) passes `limit`."""
     began = time.perf_counter()
     bounds = bounds_of(spec, budgets, privileged_possible=privileged_possible)
-    e = explore(spec, bounds, limit)
-    verdicts = check_all(e, policy_problems)
-    if not verdicts[4].proven and not privileged_possible:
-        verdicts = (*verdicts[:4], _defensive(spec, verdicts[4], bounds, limit))
-    halting = verdicts[0].proven
-    longest = verdicts[0].longest
-    fitted = _growth(spec, bounds, longest) if halting and growth else None
+    work = Work(limit, spec.source)
+    with collector_paused():  # the properties walk the exploration's tuples too
+        e = explore(spec, bounds, work)
+        verdicts = check_all(e, policy_problems)
+        if not verdicts[4].proven and not privileged_possible:
+            verdicts = (*verdicts[:4], _defensive(spec, verdicts[4], bounds, work))
+        halting = verdicts[0].proven
+        longest = verdicts[0].longest
+        fitted = _growth(spec, bounds, longest, work) if halting and growth else None
     return CheckReport(
         spec=spec,
         bounds=bounds,
@@ -112,22 +118,26 @@ def check_machine(
         longest=longest,
         growth=fitted,
         exploration=e,
+        work=work.spent,
+        limit=limit,
     )
 
 
-def _defensive(spec: MachineSpec, found: Verdict, bounds: Bounds, limit: int) -> Verdict:
+def _defensive(spec: MachineSpec, found: Verdict, bounds: Bounds, work: Work) -> Verdict:
     """`dead` when no allow-listed tool is privileged: what would be reachable were one
     privileged (a defensive edge for a privileged tool) is information, not a failure."""
-    were = dead(explore(spec, attrs.evolve(bounds, privileged_possible=True), limit))
+    were = dead(explore(spec, attrs.evolve(bounds, privileged_possible=True), work))
     if not were.proven:
         return found
     note = (f"defensive, reachable only if an allow-listed tool were privileged: {found.summary}",)
     return Verdict("dead", True, were.summary, details=note + found.details)
 
 
-def longest_at(spec: MachineSpec, bounds: Bounds) -> tuple[int, int] | None:
+def longest_at(
+    spec: MachineSpec, bounds: Bounds, limit: int | Work = DEFAULT_LIMIT
+) -> tuple[int, int] | None:
     """The longest run under `bounds`, or None when some run does not halt."""
-    return halts(explore(spec, bounds)).longest
+    return halts(explore(spec, bounds, limit)).longest
 
 
 def _fit(points: Mapping[tuple[int, int], int]) -> tuple[int, int, int]:
@@ -138,10 +148,13 @@ def _fit(points: Mapping[tuple[int, int], int]) -> tuple[int, int, int]:
     return a, b, c0 - a * s0 - b * r0
 
 
-def _growth(spec: MachineSpec, bounds: Bounds, at: tuple[int, int] | None) -> Growth:
+def _growth(spec: MachineSpec, bounds: Bounds, at: tuple[int, int] | None, work: Work) -> Growth:
+    """The longest run's formula, from explorations at the small budgets of `_FIT` and
+    `_PROBE` (their work spent from the check's own)."""
     probes = [*_FIT, _PROBE]
     found = {
-        p: longest_at(spec, attrs.evolve(bounds, max_steps=p[0], max_retries=p[1])) for p in probes
+        p: longest_at(spec, attrs.evolve(bounds, max_steps=p[0], max_retries=p[1]), work)
+        for p in probes
     }
     if at is not None:
         found[(bounds.max_steps, bounds.max_retries)] = at

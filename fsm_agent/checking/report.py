@@ -76,7 +76,7 @@ def format_text(report: CheckReport, run_files: Mapping[str, Path | str] | None 
     out = [
         f"check {spec.name} ({spec.source}): max_steps {b.max_steps}, max_retries {b.max_retries}",
         f"explored {report.configurations} configurations, {report.transitions} transitions"
-        f" in {report.seconds:.2f} s",
+        f" in {report.seconds:.2f} s ({report.work:,} of {report.limit:,} units of work)",
         "",
     ]
     for v in report.verdicts:
@@ -167,6 +167,8 @@ def report_data(
         "budgets": {"max_steps": report.bounds.max_steps, "max_retries": report.bounds.max_retries},
         "configurations": report.configurations,
         "transitions": report.transitions,
+        "work": report.work,
+        "max_work": report.limit,
         "seconds": round(report.seconds, 4),
         "longest": None
         if report.longest is None

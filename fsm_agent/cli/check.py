@@ -34,12 +34,15 @@ if TYPE_CHECKING:
     "--max-retries", "max_retries", type=int, help="Check under this retry budget instead."
 )
 @click.option(
+    "--max-work",
     "--max-configurations",
     "limit",
     type=click.IntRange(min=1),
     default=DEFAULT_LIMIT,
     show_default=True,
-    help="Give up (exit 2) past this many configurations.",
+    help="Give up (exit 2) past this much work: one unit per configuration, per transition"
+    " and per guard evaluated where free guards branch, over every exploration the check"
+    " makes (--max-configurations is the old name).",
 )
 @json_option
 @cli_errors

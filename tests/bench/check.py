@@ -1,6 +1,8 @@
-"""What `fsm-agent check` costs: the shipped machines, then growing budgets and states, each
-with the configurations explored, against baselines measured in the same run (a cold load
-of the declaration, and `fsm-agent lint`'s structural rules on it).
+"""What `fsm-agent check` costs: the shipped machines, then growing budgets, states and user
+guards, each with the configurations, transitions and units of work it took (the work
+`--max-work` limits), against baselines measured in the same run (a cold load of the
+declaration, and `fsm-agent lint`'s structural rules on it); then how soon a machine too
+large for the default limit is refused.
 
     python -m tests.bench.check            # medians of 5 rounds
     python -m tests.bench.check --rounds 1 # one round (seconds)
@@ -15,7 +17,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fsm_agent.checking.checker import check_machine
+from fsm_agent.checking.checker import CheckReport, check_machine
+from fsm_agent.checking.explore import TooLarge
+from fsm_agent.checking.limits import DEFAULT_LIMIT
 from fsm_agent.declaration.lint import lint
 from fsm_agent.declaration.load import _VALID, load_machine, parse_machine
 from fsm_agent.declaration.policy import default_policy_path, load_policy
@@ -23,6 +27,14 @@ from fsm_agent.declaration.spec import MachineSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("agent_loop", str(ROOT / "examples" / "payments_retry" / "payments.yaml"))
+#: the rows measure what a check costs, not where the default limit stops it
+UNLIMITED = 100_000_000
+CANONICAL = ROOT / "fsm_agent" / "machines" / "agent_loop.yaml"
+#: the canonical machine's grounded answer edge, after which `user_guarded` adds its edges
+_GROUNDED = (
+    "  - {trigger: answer, source: drafting, dest: done, guards: [answer_grounded,"
+    " judge_agrees], halt: completed}\n"
+)
 
 
 def median_s(fn: Callable[[], object], rounds: int) -> float:
@@ -87,14 +99,52 @@ def staged(k: int) -> MachineSpec:
     return parse_machine(text, source=f"<staged {k}>")
 
 
+def user_guarded(k: int) -> MachineSpec:
+    """The agent loop with `k` more answer edges into `done`, each guarded by its own user
+    guard and then `answer_grounded`: on an ungrounded answer every one of them fails
+    whatever its user guard says (2^k valuations, one decision)."""
+    text = CANONICAL.read_text(encoding="utf-8")
+    assert _GROUNDED in text, "the canonical machine's grounded answer edge moved"
+    edges = "".join(
+        f"  - {{trigger: answer, source: drafting, dest: done,"
+        f" guards: [tests.bench.free_guards:g{i}, answer_grounded], halt: completed}}\n"
+        for i in range(k)
+    )
+    text = text.replace("name: agent_loop", f"name: user_guards_{k}")
+    return parse_machine(text.replace(_GROUNDED, _GROUNDED + edges), source=f"<user guards {k}>")
+
+
 def row(label: str, spec: MachineSpec, rounds: int, base: float, **budgets: int) -> None:
-    report = check_machine(spec, budgets=budgets or None, growth=False)
-    took = median_s(lambda: check_machine(spec, budgets=budgets or None, growth=False), rounds)
+    """One machine's check (no growth formula), past the default limit if need be."""
+
+    def checked() -> CheckReport:
+        return check_machine(spec, budgets=budgets or None, growth=False, limit=UNLIMITED)
+
+    report = checked()
+    took = median_s(checked, rounds)
     refuted = [v.name for v in report.verdicts if not v.proven]
     verdict = "proven" if not refuted else f"refuted: {', '.join(refuted)}"
     print(
         f"{label:<34} {len(spec.states):>6} {report.configurations:>8} {report.transitions:>9}"
-        f" {took * 1000:>9.1f} {took / base:>8.1f}x  {verdict}"
+        f" {report.work:>9} {took * 1000:>9.1f} {took / base:>8.1f}x  {verdict}"
+    )
+
+
+def refusal(spec: MachineSpec, rounds: int, base: float, **budgets: int) -> None:
+    """How long `check` takes to refuse `spec` under `budgets` at the default limit."""
+
+    def refused() -> None:
+        try:
+            check_machine(spec, budgets=budgets)
+        except TooLarge:
+            return
+        raise AssertionError(f"{spec.name} {budgets} was not refused")
+
+    took = median_s(refused, rounds)
+    shown = ", ".join(f"{k} {v}" for k, v in budgets.items())
+    print(
+        f"{spec.name} ({shown}): refused past {DEFAULT_LIMIT:,} units of work in"
+        f" {took * 1000:.0f} ms ({took / base:.1f}x), Python's start not included"
     )
 
 
@@ -109,8 +159,8 @@ def main() -> None:
     print(f"baselines (agent_loop): cold load {load_s * 1000:.1f} ms, lint {lint_s * 1000:.2f} ms")
     print("ratio: check time / cold load of agent_loop\n")
     print(
-        f"{'machine / budgets':<34} {'states':>6} {'configs':>8} {'steps':>9} {'ms':>9}"
-        f" {'ratio':>9}"
+        f"{'machine / budgets':<34} {'states':>6} {'configs':>8} {'steps':>9} {'work':>9}"
+        f" {'ms':>9} {'ratio':>9}"
     )
     for ref in SHIPPED:
         spec = load_machine(ref)
@@ -125,6 +175,11 @@ def main() -> None:
     print()
     for k in (1, 2, 4, 8, 16):
         row(f"staged_{k}", staged(k), rounds, load_s)
+    print()
+    for k in (0, 2, 4, 8, 16, 32, 64):
+        row(f"agent_loop + {k} user-guarded edges", user_guarded(k), rounds, load_s)
+    print()
+    refusal(canonical, rounds, load_s, max_steps=1000)
 
 
 if __name__ == "__main__":
