@@ -288,7 +288,8 @@ def test_dropping_dead_facts_changes_no_verdict(
     machine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The explorer drops the facts no guard reads before an action overwrites them; with
-    every fact kept, every verdict, every path's length and the longest run are the same."""
+    every fact kept, every verdict, every path's length and the longest run are the same
+    (but a loop's: kept, a dead fact can make its first round a configuration longer)."""
     from fsm_agent.checking.model import Config, Liveness
 
     def summary() -> list[tuple[str, bool, int]]:
@@ -305,7 +306,13 @@ def test_dropping_dead_facts_changes_no_verdict(
         return c._replace(state=state)
 
     monkeypatch.setattr(Liveness, "entering", keep_all)
-    assert summary() == expected
+    kept = summary()
+    assert [v[:2] for v in kept] == [v[:2] for v in expected]
+    for (name, proven, length), (_, _, reduced_length) in zip(kept, expected, strict=True):
+        if name == "halts" and not proven:  # a kept dead fact may take one round to repeat
+            assert reduced_length <= length <= reduced_length + 1
+        else:
+            assert length == reduced_length, name
 
 
 def test_a_path_a_user_guard_decides_is_written_as_a_run_file_that_replays(

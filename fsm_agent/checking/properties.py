@@ -1,9 +1,10 @@
 """The five properties `fsm-agent check` proves over an exploration, each proven or refuted
 with a shortest counterexample path.
 
-- `halts`: no reachable cycle (every cycle of configurations spends no counted meter: the
-  step and retry meters only grow, so a repeated configuration is a loop only the wall
-  clock could end); the longest run in transitions and model calls.
+- `halts`: no reachable cycle (the step and retry meters only grow, so a repeated
+  configuration is a loop no step or retry budget ends: only the wall clock does, or the
+  money cap where its tools or user actions report a cost); the longest run in transitions
+  and model calls.
 - `no-gap`: in every reachable configuration some edge's guards pass for every outcome
   its action can produce (`no_transition` cannot happen).
 - `receipts`: every edge into `done` is taken with no side-effecting call lacking complete
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections import deque
 from collections.abc import Iterable
 from typing import Final
 
@@ -28,12 +30,13 @@ import attrs
 
 from fsm_agent.checking.explore import Exploration, Halt, Node, Step
 from fsm_agent.checking.model import Config, base, contract_refusal
-from fsm_agent.declaration.spec import BUDGET_TRIGGER
+from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec
 from fsm_agent.halt import DONE, HaltReason
 
 #: property name -> what it claims, for reports.
 CLAIMS: Final = {
-    "halts": "every run halts within its budgets (no cycle that spends no meter)",
+    "halts": "every run halts within its step and retry budgets: no loop only the wall clock"
+    " or the money cap ends",
     "no-gap": "some transition's guards pass in every reachable configuration",
     "receipts": "done only with every side effect receipted and a grounding check passed",
     "privileged": "privileged tools only after the local halt check; retries and halts"
@@ -62,6 +65,8 @@ class Verdict:
     path: tuple[Step, ...] = ()
     #: for `halts` refuted: where the path's cycle starts (the steps from there repeat)
     loop_from: int | None = None
+    #: for `halts` refuted: what ends the loop (`loop_enders`)
+    ends: str | None = None
     details: tuple[str, ...] = ()
     #: the declaration's key path it points at, when not the path's last transition
     key: str | None = None
@@ -82,13 +87,16 @@ def halts(e: Exploration) -> Verdict:
     cycle = _find_cycle(e)
     if cycle is not None:
         lead, loop = cycle
+        ends = loop_enders(e.spec, loop)
         return Verdict(
             "halts",
             False,
-            "a run can loop forever without spending a counted meter: a loop of"
-            f" {_plural(len(loop), 'transition')} from {loop[0].source.state!r} repeats",
+            f"a run can loop with no step or retry budget to end it, until {ends} does: a"
+            f" loop of {_plural(len(loop), 'transition')} from {loop[0].source.state!r}"
+            " repeats",
             tuple(lead + loop),
             loop_from=len(lead),
+            ends=ends,
         )
     longest, calls = longest_run(e)
     return Verdict(
@@ -99,42 +107,101 @@ def halts(e: Exploration) -> Verdict:
     )
 
 
+def loop_enders(spec: MachineSpec, loop: Iterable[Step]) -> str:
+    """What can end a loop that makes no model call: the wall clock, and the money cap too
+    when a tool call or a user action in it may report a cost (a receipts wait cannot)."""
+    spends = any(spec.state(s.source.state).action not in (None, "receipts") for s in loop)
+    return "the wall clock or the money cap" if spends else "the wall clock"
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def _find_cycle(e: Exploration) -> tuple[list[Step], list[Step]] | None:
-    """A reachable cycle as (path to its first configuration, the cycle), or None."""
-    grey: dict[Config, int] = {}
-    black: set[Config] = set()
-    for start in e.starts:
-        if start in black:
-            continue
-        stack: list[tuple[Config, int]] = [(start, 0)]
-        trail: list[Step] = []
-        grey[start] = 0
-        while stack:
-            node, i = stack[-1]
-            out = e.steps[node]
-            if i == len(out):
-                stack.pop()
-                grey.pop(node)
-                black.add(node)
-                if trail:
-                    trail.pop()
-                continue
-            stack[-1] = (node, i + 1)
-            step = out[i]
+    """A reachable cycle as (a shortest path to its first configuration, the cycle), or
+    None: of the configurations on some cycle, one nearest the start, and a shortest cycle
+    through it."""
+    on_cycle = _cyclic(e)
+    if not on_cycle:
+        return None
+    order = {c: n for n, c in enumerate(e.steps) if c in on_cycle}
+    entry = min(on_cycle, key=lambda c: (e.depth[c], _weight(c), order[c]))
+    group = on_cycle[entry]
+    back: dict[Config, Step] = {}
+    queue = deque([entry])
+    while queue:  # breadth first inside the entry's component, back to the entry
+        node = queue.popleft()
+        for step in e.steps[node]:
             dest = step.dest
-            if not isinstance(dest, Config) or dest in black:
+            if not isinstance(dest, Config) or on_cycle.get(dest) != group:
                 continue
-            if dest in grey:
-                loop = [*trail[grey[dest] :], step]
-                return e.path_to(dest), loop
-            grey[dest] = len(trail) + 1
-            trail.append(step)
-            stack.append((dest, 0))
-    return None
+            if dest == entry:
+                loop = [step]
+                while loop[0].source != entry:
+                    loop.insert(0, back[loop[0].source])
+                return e.path_to(entry), loop
+            if dest not in back:
+                back[dest] = step
+                queue.append(dest)
+    raise AssertionError("a configuration of a cyclic component has no cycle back")
+
+
+def _weight(c: Config) -> int:
+    """How many facts a configuration has set (of two as near, the plainer one is shown)."""
+    return (not c.lane_local) + sum(map(bool, c[4:]))
+
+
+def _cyclic(e: Exploration) -> dict[Config, int]:
+    """Every configuration on some cycle -> its strongly connected component's number
+    (Tarjan's algorithm, iterative: explorations are deeper than Python's stack)."""
+    index: dict[Config, int] = {}
+    low: dict[Config, int] = {}
+    stack: list[Config] = []
+    on_stack: set[Config] = set()
+    out: dict[Config, int] = {}
+    groups = 0
+
+    def succ(c: Config) -> list[Config]:
+        return [s.dest for s in e.steps[c] if isinstance(s.dest, Config)]
+
+    for root in e.steps:
+        if root in index:
+            continue
+        work: list[tuple[Config, list[Config]]] = []
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work.append((root, succ(root)))
+        while work:
+            node, todo = work[-1]
+            if todo:
+                nxt = todo.pop()
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, succ(nxt)))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] != index[node]:
+                continue
+            members = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                members.append(top)
+                if top == node:
+                    break
+            if len(members) > 1 or node in succ(node):
+                out.update(dict.fromkeys(members, groups))
+                groups += 1
+    return out
 
 
 def longest_run(e: Exploration) -> tuple[int, int]:
@@ -208,7 +275,9 @@ def privileged(e: Exploration, policy_problems: tuple[str, ...] = ()) -> Verdict
             )
     for s in _by_depth(e, e.all_steps()):
         t = s.transition
-        if t is not None and t.retry and not _passed(s.log, frozenset({"retries_left"})):
+        if t is None or not t.retry or s.refused is not None:
+            continue  # a retry the runtime's contract refuses is not taken
+        if not _passed(s.log, frozenset({"retries_left"})):
             return Verdict(
                 "privileged",
                 False,

@@ -69,9 +69,14 @@ def _growth_text(g: Growth | None) -> str:
     )
 
 
-def format_text(report: CheckReport, run_files: Mapping[str, Path | str] | None = None) -> str:
+def format_text(
+    report: CheckReport,
+    run_files: Mapping[str, Path | str] | None = None,
+    shows: Mapping[str, Sequence[str]] | None = None,
+) -> str:
     """The report for a reviewer: a header, one line per property, then each refuted
-    property's path (and its run file), then the overlaps declaration order resolves."""
+    property's path (and its run file, with what it shows replayed: `shows` by property
+    name), then the overlaps declaration order resolves."""
     spec, b = report.spec, report.bounds
     out = [
         f"check {spec.name} ({spec.source}): max_steps {b.max_steps}, max_retries {b.max_retries}",
@@ -100,10 +105,11 @@ def format_text(report: CheckReport, run_files: Mapping[str, Path | str] | None 
             loop = "  ↻" if v.loop_from is not None and n - 1 >= v.loop_from else ""
             out.append(f"  {n:>2}. {step_line(s)}{loop}")
         if v.loop_from is not None:
-            out.append(f"  (steps from {v.loop_from + 1} repeat forever)")
+            out.append(f"  (steps from {v.loop_from + 1} repeat until {v.ends} ends the run)")
         out += [f"  {d}" for d in v.details if v.name != "dead"]
         if run_files and v.name in run_files:
             out.append(f"  run file: {run_files[v.name]}")
+            out += [f"  {line}" for line in (shows or {}).get(v.name, ())]
     overlaps = next((v.details for v in report.verdicts if v.name == "dead"), ())
     if overlaps:
         out += ["", "where edges overlap, declaration order picks (information):"]
@@ -135,9 +141,11 @@ def report_data(
     report: CheckReport,
     run_files: Mapping[str, Path | str] | None = None,
     diverged: Mapping[str, str] | None = None,
+    shows: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    """The report as JSON data; `run_files` and `diverged` by property name (where a
-    counterexample's run file is, and where its real run left the path)."""
+    """The report as JSON data; `run_files`, `diverged` and `shows` by property name (where
+    a counterexample's run file is, where its real run left the path, and what the file
+    shows replayed with what its reader should know)."""
     spec = report.spec
     props = []
     for v in report.verdicts:
@@ -157,6 +165,7 @@ def report_data(
                 if not run_files or v.name not in run_files
                 else str(run_files[v.name]),
                 "diverged": (diverged or {}).get(v.name),
+                "run_file_shows": list((shows or {}).get(v.name, ())),
             }
         )
     g = report.growth
