@@ -15,19 +15,26 @@ from fsm_agent.cli.options import OutputPath, cli_errors, here, json_option, pol
 
 if TYPE_CHECKING:
     from fsm_agent.checking.checker import CheckReport
+    from fsm_agent.checking.counterexample import Counterexample
+    from fsm_agent.runtime.tools import ToolRegistry
 
 
 @cli.command("check")
 @click.argument("machine")
 @policy_option
-@click.option("--tools", "tools_module", help="Tools module: which tools are privileged.")
+@click.option(
+    "--tools",
+    "tools_module",
+    help="Tools module: which tools are privileged; counterexample runs call its tools, with"
+    " arguments that fit their signatures.",
+)
 @click.option(
     "-o",
     "--output",
     "output",
     type=OutputPath(directory=True),
     help="Write each counterexample as a run file in this directory (replay --step,"
-    " diagram --run and report open it).",
+    " diagram --run and report open it), held to the violation it names.",
 )
 @click.option("--max-steps", "max_steps", type=int, help="Check under this step budget instead.")
 @click.option(
@@ -70,36 +77,49 @@ def check(
     tools = load_tools(tools_module, here()) if tools_module else None
     budgets: dict[str, int | float | None] = {"max_steps": max_steps, "max_retries": max_retries}
     report = check_paths(machine, policy_path, tools=tools, budgets=budgets, limit=limit)
-    files, notes = ({}, {}) if output is None else _counterexamples(report, Path(output))
+    written = {} if output is None else _counterexamples(report, Path(output), tools)
+    files = {name: w.path for name, w in written.items() if not isinstance(w, str)}
+    notes = {name: note for name, w in written.items() if (note := _note(w)) is not None}
     if as_json:
-        data = report_data(report, files, notes)
+        data = report_data(report, files, notes, _shows(written))
         click.echo(format_json([data]), nl=False)
     else:
-        click.echo(format_text(report, _shown(files, notes)), nl=False)
+        click.echo(format_text(report, _shown(files, notes), _shows(written)), nl=False)
     if not report.proven:
         sys.exit(1)
 
 
-def _counterexamples(report: CheckReport, output: Path) -> tuple[dict[str, Path], dict[str, str]]:
-    """Each refuted property's run file, and where its run left the path (or why no run
-    file could be made: the verdict stands either way)."""
+def _counterexamples(
+    report: CheckReport, output: Path, tools: ToolRegistry | None
+) -> dict[str, Counterexample | str]:
+    """Each refuted property's counterexample run file, or why none could be made (the
+    verdict stands either way)."""
     from fsm_agent.checking.counterexample import write_counterexample
 
-    files: dict[str, Path] = {}
-    notes: dict[str, str] = {}
+    out: dict[str, Counterexample | str] = {}
     caps = {"max_steps": report.bounds.max_steps, "max_retries": report.bounds.max_retries}
     for v in report.verdicts:
         if v.proven or not v.path:
             continue
         try:
-            written = write_counterexample(report.spec, v, caps, output)
+            out[v.name] = write_counterexample(report.spec, v, caps, output, tools)
         except Exception as exc:
-            notes[v.name] = f"no run file: {type(exc).__name__}: {exc}"
-            continue
-        files[v.name] = written.path
-        if written.diverged is not None:
-            notes[v.name] = written.diverged
-    return files, notes
+            out[v.name] = f"no run file: {type(exc).__name__}: {exc}"
+    return out
+
+
+def _note(written: Counterexample | str) -> str | None:
+    """Where a counterexample's run left the path, or why it has no run file."""
+    return written if isinstance(written, str) else written.diverged
+
+
+def _shows(written: dict[str, Counterexample | str]) -> dict[str, tuple[str, ...]]:
+    """Per property, what its run file shows replayed and what its reader should know."""
+    return {
+        name: (*((f"replayed, it shows: {w.shows}",) if w.shows else ()), *w.notes)
+        for name, w in written.items()
+        if not isinstance(w, str)
+    }
 
 
 def _shown(files: dict[str, Path], notes: dict[str, str]) -> dict[str, str]:
