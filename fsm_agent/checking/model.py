@@ -10,7 +10,9 @@ side-effecting call still lacks complete receipts (pending) and whether some cal
 receipts were collected (evidence). The wall clock and the money meter are not counted:
 either may trip after any action (a run may always end `wall_clock` or `cost_cap`), and no
 cycle may rely on them to end. User guards and the judge's vote are free booleans (one value
-per decision, the same for every edge of that decision).
+per decision, the same for every edge of that decision). Every other guard, and the
+runtime's contract, is decided by the runtime's own code on the snapshot a configuration
+stands for (`fsm_agent.checking.concrete`): there is no second account of what they mean.
 
 Facts no guard can read before an action overwrites them are dropped on entering a state
 (`Liveness`), so configurations that differ only in dead facts are one.
@@ -23,8 +25,17 @@ from typing import NamedTuple
 
 import attrs
 
-from fsm_agent.declaration.spec import ACTION_OUTCOMES, MachineSpec, TransitionSpec
+from fsm_agent.checking.concrete import snapshot_of
+from fsm_agent.declaration.spec import (
+    ACTION_OUTCOMES,
+    BUDGET_TRIGGER,
+    USER_FAILURES,
+    MachineSpec,
+    TransitionSpec,
+)
 from fsm_agent.halt import HaltReason
+from fsm_agent.runtime.contract import refusal
+from fsm_agent.runtime.guards import BUILTIN_GUARDS
 
 #: Built-in guards the configuration does not decide (the judge's vote); every other
 #: built-in is decided by `guard_value`, and user guards (`package.module:function`) are free.
@@ -41,8 +52,9 @@ _PROPOSAL_GUARDS = frozenset(
     }
 )
 _TOOL_GUARDS = frozenset({"receipts_complete", "goal_satisfied", "error_retryable"})
-#: User actions may always fail (raise) or time out, whatever the declaration says.
-USER_FAILURES = ("failed", "timed_out")
+#: The outcome a user action that declares no `outcomes:` may return beside those its
+#: edges name: no edge handles it, so such a state is a gap until it declares its outcomes.
+UNDECLARED = "an undeclared outcome"
 
 
 class Config(NamedTuple):
@@ -132,62 +144,30 @@ class Bounds:
     privileged_possible: bool = True
 
 
+#: Bounds for what reads no budget (the contract).
+_UNBOUNDED = Bounds(10**9, 10**9)
+
+
 def guard_value(name: str, c: Config, bounds: Bounds) -> bool:
-    """What built-in guard `name` returns on `c` (a decision after an action: no meter has
-    tripped, or the run would have halted before deciding)."""
-    if name == "within_budget":
-        return True
-    if name == "budget_tripped":
-        return False
-    if name == "tool_allowed":
-        return c.kind == "tool_call" and c.allowed
-    if name == "privileged_cleared":
-        return c.kind == "tool_call" and (not c.privileged or c.lane_local)
-    if name == "halt_lane_local":
-        return c.lane_local
-    if name == "receipts_complete":
-        return c.tool == "returned" and c.complete
-    if name == "goal_satisfied":
-        return c.tool == "returned" and c.complete and c.final
-    if name == "evidence_complete":
-        return c.evidence
-    if name == "answer_grounded":
-        return c.kind == "answer" and c.grounded
-    if name == "side_effects_receipted":
-        return not c.pending
-    if name == "thrashing":
-        return c.kind == "tool_call" and c.thrash
-    if name == "retries_left":
-        return c.retries < bounds.max_retries
-    if name == "error_retryable":
-        return c.tool == "failed" and c.retryable
-    if name == "reply_empty":
-        return c.kind == "rejected" and c.empty
-    if name == "repair_refused":
-        return c.kind == "rejected" and c.refused
-    raise KeyError(name)
+    """What built-in guard `name` returns on `c`: the runtime's own predicate
+    (`fsm_agent.runtime.guards`), run on the snapshot `c` stands for
+    (`fsm_agent.checking.concrete`). A decision is made after an action no meter stopped."""
+    return BUILTIN_GUARDS[name](snapshot_of(c, bounds))
 
 
 def contract_refusal(
     c: Config, t: TransitionSpec, spec: MachineSpec
 ) -> tuple[str, HaltReason] | None:
-    """The runtime's contract (`fsm_agent.runtime.contract`) on the decision that chose `t`
-    on `c`: (`runtime:<rule>`, the halt) when the runtime refuses it for certain, or None.
-    The rules that need the identity of calls are `repeat_refusals`."""
-    if t.halt is HaltReason.COMPLETED:
-        if c.pending:
-            return "runtime:receipts", HaltReason.SIDE_EFFECT_UNKNOWN
-        if c.kind == "answer":
-            backed = c.grounded
-        else:
-            backed = c.tool == "returned" and c.complete and c.final
-        return None if backed else ("runtime:grounded", HaltReason.UNGROUNDED_ANSWER)
-    if spec.state(t.dest).action == "tool" and c.kind == "tool_call":
-        if not c.allowed:
-            return "runtime:allow_list", HaltReason.TOOL_REFUSED
-        if c.privileged and not c.lane_local:
-            return "runtime:privileged", HaltReason.HALT_PATH_REFUSED
-    return None
+    """The runtime's contract (`fsm_agent.runtime.contract.refusal`, its own code) on the
+    decision that chose `t` on `c`: (`runtime:<rule>`, the halt) when the runtime refuses
+    it for certain, or None. The rules that need the identity of calls are
+    `repeat_refusals`. (No rule reads a budget: any bounds stand for the run's.)"""
+    found = refusal(
+        snapshot_of(c, _UNBOUNDED),
+        completes=t.halt is HaltReason.COMPLETED,
+        runs_tool=spec.state(t.dest).action == "tool",
+    )
+    return None if found is None else (found.guard, found.reason)
 
 
 def repeat_refusals(
@@ -360,14 +340,12 @@ def outcomes(c: Config, action: str, live: Liveness, bounds: Bounds) -> list[tup
                 c._replace(evidence=collected),
             )
         ]
-    declared = tuple(
-        dict.fromkeys(
-            t.trigger
-            for t in live.spec.transitions
-            if t.source == c.state and not t.implicit and t.trigger not in USER_FAILURES
-        )
-    )
-    return list(call_outcomes(c, live, declared, ("failed", "timed_out")))
+    declared = live.spec.state(c.state).outcomes
+    if declared is None:  # what the edges name, and whatever else the action may return
+        named = (t.trigger for t in live.spec.transitions if t.source == c.state)
+        declared = (*dict.fromkeys(n for n in named if n not in USER_FAILURES), UNDECLARED)
+    declared = tuple(n for n in declared if n != BUDGET_TRIGGER)
+    return list(call_outcomes(c, live, declared, USER_FAILURES))
 
 
 def action_triggers(action: str | None) -> tuple[str, ...]:
