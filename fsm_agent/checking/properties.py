@@ -30,7 +30,7 @@ import attrs
 
 from fsm_agent.checking.explore import Exploration, Halt, Node, Step
 from fsm_agent.checking.model import Config, base, contract_refusal
-from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec
+from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec, uncounted_retry
 from fsm_agent.halt import DONE, HaltReason
 
 #: property name -> what it claims, for reports.
@@ -285,6 +285,17 @@ def privileged(e: Exploration, policy_problems: tuple[str, ...] = ()) -> Verdict
                 " with no retries_left passing",
                 (*e.path_to(s.source), s),
             )
+    for s in _by_depth(e, e.all_steps()):
+        t = s.transition
+        if t is None or s.refused is not None or not uncounted_retry(t, e.spec.state(t.dest)):
+            continue
+        return Verdict(
+            "privileged",
+            False,
+            f"a retry that never counts: transition {t.index} goes on after {t.trigger!r}"
+            " without `retry: true`, so the retry meter does not decrement in code",
+            (*e.path_to(s.source), s),
+        )
     if policy_problems:
         return Verdict(
             "privileged", False, "the policy's control plane is not local", details=policy_problems

@@ -21,6 +21,7 @@ from fsm_agent.declaration.refs import BadReference, Search, resolve_callable
 from fsm_agent.declaration.spec import (
     ACTION_OUTCOMES,
     BUDGET_TRIGGER,
+    USER_FAILURES,
     MachineSpec,
     StateSpec,
     TransitionSpec,
@@ -64,6 +65,9 @@ LOADER_ONLY: tuple[tuple[str, str], ...] = (
     ("must be text of 1 to", "a YAML key that is not text: JSON keys always are"),
     ("must be finite", "YAML's .nan: JSON has no NaN, and no comparison refuses it"),
     ("policy '", "the named policy file must load (load_machine)"),
+    ("only a user action", "outcomes depend on the state's action"),
+    ("declared twice", "a JSON Schema's uniqueItems is not said as a name"),
+    ("every user action may fire", "failed, timed_out and budget are never declared"),
 )
 #: Unicode categories refused in names: controls, format characters (bidi overrides,
 #: zero-width), line and paragraph separators, surrogates, unassigned.
@@ -170,7 +174,11 @@ class Validator:
             self._check_name(name, "a state name", path)
             body = {} if body is None else body
             if not isinstance(body, dict) or set(body) - _STATE_KEYS:
-                raise self.err("a state is a mapping with 'action' or 'terminal: true'", path)
+                raise self.err(
+                    "a state is a mapping with 'action' (and, for a user action, 'outcomes')"
+                    " or 'terminal: true'",
+                    path,
+                )
             terminal = body.get("terminal", False)
             if not isinstance(terminal, bool):
                 raise self.err(
@@ -187,7 +195,8 @@ class Validator:
                     " (every halt reason ends in one of them)",
                     path,
                 )
-            out.append(StateSpec(name=str(name), action=action, terminal=terminal))
+            outcomes = self._outcomes(body.get("outcomes"), action, f"{path}.outcomes")
+            out.append(StateSpec(str(name), action, terminal, outcomes))
         names = {s.name for s in out}
         for t in TERMINAL_STATES:
             if t not in names or not next(s for s in out if s.name == t).terminal:
@@ -195,6 +204,33 @@ class Validator:
                     f"missing terminal state {t!r} (declare it with 'terminal: true')", "$.states"
                 )
         return tuple(out)
+
+    def _outcomes(self, raw: Any, action: Any, path: str) -> tuple[str, ...] | None:
+        """A user action's declared outcomes: names, at least one, none twice, none of the
+        outcomes every user action has."""
+        if raw is None:
+            return None
+        if not isinstance(action, str) or ":" not in action:
+            raise self.err(
+                "only a user action (package.module:function) declares outcomes: a built-in"
+                " action's are fixed",
+                path,
+            )
+        if not isinstance(raw, list) or not raw:
+            raise self.err("outcomes is a non-empty list of names", path)
+        for i, name in enumerate(raw):
+            if not isinstance(name, str) or not name.strip():
+                raise self.err(f"an outcome is a non-empty name, got {name!r}", f"{path}[{i}]")
+            self._check_name(name, "an outcome", f"{path}[{i}]")
+            if name in USER_FAILURES or name == BUDGET_TRIGGER:
+                raise self.err(
+                    f"{name!r} is not declared: every user action may fire failed and"
+                    f" timed_out, and {BUDGET_TRIGGER!r} is the runtime's",
+                    f"{path}[{i}]",
+                )
+            if name in raw[:i]:
+                raise self.err(f"outcome {name!r} declared twice", f"{path}[{i}]")
+        return tuple(raw)
 
     def _check_action(self, action: Any, path: str) -> None:
         if isinstance(action, str) and action in ACTION_OUTCOMES:
@@ -247,7 +283,7 @@ class Validator:
         source, dest = by_name[t["source"]], by_name[t["dest"]]
         if source.terminal:
             raise self.err(f"transition out of terminal state {source.name!r}", f"{path}.source")
-        produces = ACTION_OUTCOMES.get(source.action or "")
+        produces = source.produces()
         if produces is not None and trigger not in produces:
             raise self.err(
                 f"state {source.name!r} runs action {source.action!r}, which never"

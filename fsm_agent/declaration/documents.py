@@ -60,6 +60,15 @@ class StateDocument(_Document, kw_only=True):
             examples=["model", "tool", "receipts", "package.module:function"],
         ),
     ] = None
+    outcomes: Annotated[
+        Annotated[list[Annotated[str, _NAME]], Meta(min_length=1)] | None,
+        Meta(
+            description="A user action's outcomes (the ActionResult outcomes it may return;"
+            " failed and timed_out are always possible): every edge from this state names one,"
+            " check proves each is handled, and any other the action returns is a failure.",
+            examples=[["webhook_received", "no_webhook"]],
+        ),
+    ] = None
     terminal: Annotated[bool, Meta(description="True for a terminal state.")] = False
 
 

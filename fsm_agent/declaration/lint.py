@@ -21,7 +21,7 @@ import attrs
 
 from fsm_agent.declaration.load import load_machine
 from fsm_agent.declaration.policy import Policy, PolicyError, load_policy, policy_problems
-from fsm_agent.declaration.spec import MachineSpec, TransitionSpec
+from fsm_agent.declaration.spec import MachineSpec, TransitionSpec, uncounted_retry
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import DONE
 
@@ -32,10 +32,6 @@ if TYPE_CHECKING:
 #: Built-in guards that decide from receipts (a 2xx status and a resource id).
 RECEIPT_GUARDS: Final = frozenset(
     {"receipts_complete", "goal_satisfied", "answer_grounded", "evidence_complete"}
-)
-#: Triggers the runtime fires on a failure (a refused reply, a failed or timed-out call).
-FAILURE_TRIGGERS: Final = frozenset(
-    {"rejected", "tool_failed", "tool_timed_out", "failed", "timed_out"}
 )
 
 #: code -> the halt-path review's checklist item, in its own words.
@@ -299,8 +295,7 @@ def _hp004(ctx: _Context) -> Iterator[Finding]:
 def _hx006(ctx: _Context) -> Iterator[Finding]:
     """The loop goes on after a failure without counting a retry."""
     for t in ctx.spec.transitions:
-        dest = ctx.spec.state(t.dest)
-        if t.trigger in FAILURE_TRIGGERS and not dest.terminal and not t.retry:
+        if uncounted_retry(t, ctx.spec.state(t.dest)):
             yield ctx.at(
                 "HX006",
                 f"a retry that never counts: {_edge(t)} goes on after a failure without"

@@ -27,6 +27,12 @@ ACTION_OUTCOMES: Mapping[str, tuple[str, ...]] = {
     "tool": ("tool_returned", "tool_failed", "tool_timed_out"),
     "receipts": ("collected",),
 }
+#: The outcomes a user action fires whatever it declares: it raised, or ran past its cap.
+USER_FAILURES: tuple[str, str] = ("failed", "timed_out")
+#: Triggers the runtime fires on a failure (a refused reply, a failed or timed-out call).
+FAILURE_TRIGGERS: frozenset[str] = frozenset(
+    {"rejected", "tool_failed", "tool_timed_out", "failed", "timed_out"}
+)
 #: Trigger the worker fires, from every non-terminal state, when a meter trips.
 BUDGET_TRIGGER = "budget"
 
@@ -38,6 +44,18 @@ class StateSpec:
     name: str
     action: str | None
     terminal: bool
+    #: a user action's declared outcomes (`outcomes:`), besides failed and timed_out; None
+    #: for a built-in action, or a user action that declares none
+    outcomes: tuple[str, ...] | None = None
+
+    def produces(self) -> tuple[str, ...] | None:
+        """Every trigger this state's action can fire, or None when that is not declared
+        (a user action without `outcomes:`)."""
+        if self.action is None:
+            return ()
+        if self.action in ACTION_OUTCOMES:
+            return ACTION_OUTCOMES[self.action]
+        return None if self.outcomes is None else (*self.outcomes, *USER_FAILURES)
 
 
 @attrs.frozen
@@ -52,6 +70,12 @@ class TransitionSpec:
     halt: HaltReason | None = None
     retry: bool = False
     implicit: bool = False
+
+
+def uncounted_retry(t: TransitionSpec, dest: StateSpec) -> bool:
+    """`t` goes on after a failure into a non-terminal state without `retry: true`: a
+    retry the retry meter never counts (lint's HX006; check's `privileged` property)."""
+    return t.trigger in FAILURE_TRIGGERS and not dest.terminal and not t.retry
 
 
 @attrs.frozen

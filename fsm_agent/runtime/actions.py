@@ -389,6 +389,7 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> Steps[tuple[str, Fact
     call = yield from _side_effect_call(
         ctx, ref, {}, lambda timeout_s: Call(fn, (snapshot,), timeout_s=timeout_s, name=name)
     )
+    call = _as_declared(call, ref, ctx.spec.state(state).outcomes)
     if call.status == "ok" and isinstance(call.value, ActionResult):
         result = call.value.result or ToolResult()
         outcome = ToolOutcome(
@@ -411,6 +412,25 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> Steps[tuple[str, Fact
     outcome = _record_call(ctx, redacted(ctx, outcome_from_call(ref, {}, call)))
     trigger = "timed_out" if call.status == "timeout" else "failed"
     return trigger, Facts(action=ref, tool=outcome, error=outcome.error)
+
+
+def _as_declared(call: CallResult, ref: str, declared: tuple[str, ...] | None) -> CallResult:
+    """A user action's call, its outcome held to the state's declared `outcomes`: one it
+    did not declare is a failure (the declaration's promise broken), not a trigger that no
+    edge may handle."""
+    value = call.value
+    if call.status != "ok" or not isinstance(value, ActionResult) or declared is None:
+        return call
+    if value.outcome in declared:
+        return call
+    return CallResult(
+        status="error",
+        elapsed_ms=call.elapsed_ms,
+        error=ValueError(
+            f"user action {ref} returned outcome {value.outcome!r}, not one of its declared"
+            f" outcomes ({', '.join(declared)})"
+        ),
+    )
 
 
 def ask_judge(ctx: RunContext, snap: Snapshot) -> Steps[Snapshot]:
