@@ -1,8 +1,9 @@
 """Every runnable example scenario, as data; `fsm-agent demo` and the tests run them all.
 
 A scenario names its machine (a `machines` package name, or a YAML path relative to this
-package), its scripted model replies (a JSON file relative to this package), its tools module,
-its budget overrides and the one halt reason it must end with.
+package), its scripted model replies (a JSON file relative to this package), its tools module
+(and, for a machine that lists no tools, those its runs may call), its budget overrides and
+the one halt reason it must end with.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class Scenario:
     thrash_limit: int | None = None
     halt_lane: Lane = LOCAL
     env: Mapping[str, str] = attrs.field(factory=dict)
+    #: the tools the run may call (`--allow`), for a machine that lists none
+    allow: tuple[str, ...] | None = None
 
     @property
     def expected_state(self) -> str:
@@ -61,6 +64,9 @@ _PAY_MACHINE = "payments_retry/payments.yaml"
 _PAY_TOOLS = "fsm_agent.examples.payments_retry.tools"
 _STOP_TASK = "How long is the refund window?"
 _STOP_TOOLS = "fsm_agent.examples.stop_conditions.tools"
+#: agent_loop lists no tools: each example grants those its runs may call (`--allow`)
+_LAB_ALLOW = ("lookup", "slow_lookup", "hang")
+_STOP_ALLOW = ("search",)
 
 SCENARIOS: Final[list[Scenario]] = [
     # --- the halt lab -------------------------------------------------------------------
@@ -70,6 +76,7 @@ SCENARIOS: Final[list[Scenario]] = [
         machine="agent_loop",
         replies="halt_lab/looping.json",
         tools="fsm_agent.examples.halt_lab.tools",
+        allow=_LAB_ALLOW,
         task=_LAB_TASK,
         expected=HaltReason.MAX_STEPS,
         description="lookup always says 'refine your query'; the step cap wins, not the model",
@@ -80,6 +87,7 @@ SCENARIOS: Final[list[Scenario]] = [
         machine="agent_loop",
         replies="halt_lab/slow.json",
         tools="fsm_agent.examples.halt_lab.tools",
+        allow=_LAB_ALLOW,
         task=_LAB_TASK,
         budgets={"wall_clock_ms": 1000},
         expected=HaltReason.WALL_CLOCK,
@@ -93,6 +101,7 @@ SCENARIOS: Final[list[Scenario]] = [
         machine="agent_loop",
         replies="halt_lab/chatty.json",
         tools="fsm_agent.examples.halt_lab.tools",
+        allow=_LAB_ALLOW,
         task=_LAB_TASK,
         expected=HaltReason.SCHEMA_FAIL,
         description="three chatty paragraphs: two retries, then schema_fail; prose never wins",
@@ -103,6 +112,7 @@ SCENARIOS: Final[list[Scenario]] = [
         machine="agent_loop",
         replies="halt_lab/proper.json",
         tools="fsm_agent.examples.halt_lab.tools",
+        allow=_LAB_ALLOW,
         task=_LAB_TASK,
         expected=HaltReason.COMPLETED,
         description="lookup returns a receipt, then {'answer': 'swordfish'} is backed by it",
@@ -156,6 +166,7 @@ SCENARIOS: Final[list[Scenario]] = [
         machine="agent_loop",
         replies="stop_conditions/happy.json",
         tools=_STOP_TOOLS,
+        allow=_STOP_ALLOW,
         task=_STOP_TASK,
         expected=HaltReason.COMPLETED,
         description="search returns final with a receipt: goal_satisfied on step 1",
@@ -166,6 +177,7 @@ SCENARIOS: Final[list[Scenario]] = [
         machine="agent_loop",
         replies="stop_conditions/stuck.json",
         tools=_STOP_TOOLS,
+        allow=_STOP_ALLOW,
         task=_STOP_TASK,
         budgets={"max_steps": 3},
         expected=HaltReason.MAX_STEPS,
@@ -177,6 +189,7 @@ SCENARIOS: Final[list[Scenario]] = [
         machine="agent_loop",
         replies="stop_conditions/handoff.json",
         tools=_STOP_TOOLS,
+        allow=_STOP_ALLOW,
         task="Pay invoice inv_7.",
         expected=HaltReason.HANDOFF_REQUESTED,
         description="the model asks for a human ('would need to click Pay'): a packet, not a crash",
@@ -187,6 +200,7 @@ SCENARIOS: Final[list[Scenario]] = [
         machine="agent_loop",
         replies="stop_conditions/unsafe_tool.json",
         tools=_STOP_TOOLS,
+        allow=_STOP_ALLOW,
         task="Pay invoice inv_7.",
         expected=HaltReason.TOOL_REFUSED,
         description="click_pay is not allow-listed: refused before it runs, its args frozen",
@@ -197,6 +211,7 @@ SCENARIOS: Final[list[Scenario]] = [
         machine="agent_loop",
         replies="stop_conditions/thrash.json",
         tools=_STOP_TOOLS,
+        allow=_STOP_ALLOW,
         task=_STOP_TASK,
         thrash_limit=3,
         expected=HaltReason.THRASHING,
@@ -247,6 +262,7 @@ def run_scenario(
             halt_lane=scenario.halt_lane,
             thrash_limit=scenario.thrash_limit,
             on_transition=on_transition,
+            allow=scenario.allow,
         )
 
 

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fsm_agent.cli.main import cli
+from fsm_agent.declaration.load import load_machine
 from fsm_agent.runtime.record import HaltRecord, read_record
 
 MACHINES = Path(__file__).resolve().parent.parent / "machines"
@@ -149,9 +150,24 @@ def invoke(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def run(tmp_path: Path, spec: Path | str, tools: str, replies: list[Any], *extra: str) -> Result:
+#: Every tool of the shop: what a run of a machine that lists no tools is granted (`--allow`).
+EVERY_TOOL = "lookup,refund,charge,capture,email_customer,wire_money"
+
+
+def run(
+    tmp_path: Path,
+    spec: Path | str,
+    tools: str,
+    replies: list[Any],
+    *extra: str,
+    grant: bool = True,
+) -> Result:
+    """`fsm-agent run` of `spec` with the shop; a machine that lists no tools is granted
+    every tool of the shop by name (`grant`), as an operator's `--allow` does."""
     script = tmp_path / "replies.json"
     script.write_text(json.dumps(replies), encoding="utf-8")
+    if grant and load_machine(str(spec)).tools is None and "--allow" not in extra:
+        extra = (*extra, "--allow", EVERY_TOOL)
     return invoke("run", str(spec), "--task", "help the customer", "--model", f"scripted:{script}",
                   "--tools", tools, "--db", str(tmp_path / "j.db"),
                   "--record", str(tmp_path / "r.json"), "-q", *extra)  # fmt: skip

@@ -58,6 +58,8 @@ ROOT = Path(__file__).parent.parent
 PG_ENV, PG_DEFAULT = "FSM_AGENT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test"
 MODEL = "python:tests.queue_fixture:oracle"
 TOOLS = "tests.queue_fixture"
+#: agent_loop lists no tools: the fixture's tools are granted by name (`--allow`)
+ALLOW = ("step", "charge")
 WAIT_S = 60.0  # generous: import-heavy worker processes on a loaded 2-core machine
 
 
@@ -319,6 +321,7 @@ def worker(location: str, records: Path, **options: Any) -> QueueWorker:
         location,
         model=lambda: load_model(MODEL),
         tools=lambda: load_tools(TOOLS),
+        allow=ALLOW,
         records=records,
         **options,
     )
@@ -572,10 +575,10 @@ def test_a_run_left_mid_way_is_resumed_and_one_already_halted_only_released(
     ]
     with pytest.raises(_Crash):
         run("agent_loop", task=cut.task, model=load_model(MODEL), tools=load_tools(TOOLS),
-            store=qstore, run_id=cut.run_id, record_path=tmp_path / "cut.json",
+            allow=ALLOW, store=qstore, run_id=cut.run_id, record_path=tmp_path / "cut.json",
             handle_signals=False, on_transition=_crash_after(4))  # fmt: skip
     finished = run("agent_loop", task=halted.task, model=load_model(MODEL),
-                   tools=load_tools(TOOLS), store=qstore, run_id=halted.run_id,
+                   tools=load_tools(TOOLS), allow=ALLOW, store=qstore, run_id=halted.run_id,
                    record_path=tmp_path / "halted.json")  # fmt: skip
     time.sleep(0.1)  # the dead worker's leases expire
     lines: list[str] = []
@@ -777,7 +780,7 @@ def test_dequeue_cancels_a_job_that_never_started_and_holds_one_that_did(
     )
     with pytest.raises(_Crash):
         run("agent_loop", task=started.task, model=load_model(MODEL), tools=load_tools(TOOLS),
-            store=qstore, run_id=started.run_id, record_path=tmp_path / "x.json",
+            allow=ALLOW, store=qstore, run_id=started.run_id, record_path=tmp_path / "x.json",
             handle_signals=False, on_transition=_crash_after(1))  # fmt: skip
     qstore.mark_run(started.run_id, "running", None, None)  # its process is gone
     # `running`: leased by a live worker; `never`: queued, never started.
@@ -877,7 +880,8 @@ def start_worker(location: str, tmp_path: Path, name: str, *args: str,
                  env: dict[str, str] | None = None) -> subprocess.Popen[str]:  # fmt: skip
     """`python -m fsm_agent worker …` with the queue fixture; stderr to tmp_path/NAME.log."""
     command = [sys.executable, "-m", "fsm_agent", "worker", "--db", location, "--tools", TOOLS,
-               "--model", MODEL, "--records", str(tmp_path / "records"), *args]  # fmt: skip
+               "--allow", ",".join(ALLOW), "--model", MODEL,
+               "--records", str(tmp_path / "records"), *args]  # fmt: skip
     log = (tmp_path / f"{name}.log").open("w", encoding="utf-8")
     return subprocess.Popen(command, cwd=ROOT, env={**os.environ, **(env or {})},
                             stdout=log, stderr=subprocess.STDOUT, text=True)  # fmt: skip

@@ -332,6 +332,7 @@ def write_counterexample(
                 task=" ".join((task, *who.notes)),
                 model=ScriptedModel(replies),
                 tools=who.registry,
+                allow=who.allow,
                 store=store,
                 budgets=caps,
                 clock=clock,

@@ -20,6 +20,7 @@ from fsm_agent.cli.group import cli, finish, paused_or, progress_line, run_dict,
 from fsm_agent.cli.options import (
     InternalProblem,
     OutputPath,
+    allow_option,
     budget_options,
     cli_errors,
     db_option,
@@ -66,6 +67,7 @@ def _run_help() -> str:
 @click.option("--task", required=True, help="What the agent is asked to do.")
 @model_options
 @click.option("--tools", "tools_module", help="Module exposing TOOLS = ToolRegistry(...).")
+@allow_option
 @db_option
 @budget_options
 @click.option("--thrash-limit", type=int, help="Halt after N identical tool calls in a row.")
@@ -91,6 +93,7 @@ def run(
     task: str,
     model: ModelAdapter,
     tools_module: str | None,
+    allow: tuple[str, ...] | None,
     db: str,
     budgets: dict[str, int | float | None],
     thrash_limit: int | None,
@@ -138,6 +141,7 @@ def run(
                 on_transition=traced(tracer, started, live),
                 trace_copy=trace_copy,
                 secret_env=secret_env,
+                allow=allow,
             )
         )
         if tracer is not None:

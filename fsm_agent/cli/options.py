@@ -149,6 +149,31 @@ def db_option(fn: F) -> F:
     )(fn)
 
 
+def _names(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...] | None:
+    """`--allow a,b --allow c` -> ("a", "b", "c"); None when not given."""
+    if not value:
+        return None
+    names = tuple(n.strip() for v in value for n in v.split(","))
+    if not all(names):
+        raise click.BadParameter(f"an empty tool name in {','.join(value)!r}")
+    return names
+
+
+def allow_option(fn: F) -> F:
+    """`--allow NAME[,NAME]`: the tools a run may call (the operator's grant)."""
+    return click.option(
+        "--allow",
+        "allow",
+        multiple=True,
+        metavar="NAME[,NAME]",
+        callback=_names,
+        help="Tools this run may call: narrows the machine's tools:, or, for a machine that"
+        " lists none, is the whole allow-list (else every tool of --tools). Repeatable.",
+    )(fn)
+
+
 def record_option(fn: F) -> F:
     """`--record PATH`, where a command that drives a run writes its halt record."""
     return click.option(

@@ -18,6 +18,7 @@ from fsm_agent.adapters.models import ModelAdapter
 from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import (
     OutputPath,
+    allow_option,
     budget_options,
     cli_errors,
     db_option,
@@ -90,6 +91,7 @@ def submit(
     required=True,
     help="Module exposing TOOLS = ToolRegistry(...) (or new_tools(), called per job).",
 )
+@allow_option
 @model_factory_options
 @click.option(
     "--lease-s",
@@ -123,6 +125,7 @@ def worker(
     db: str,
     concurrency: int,
     tools_module: str,
+    allow: tuple[str, ...] | None,
     model: Callable[[], ModelAdapter],
     lease_s: float,
     drain_s: float,
@@ -153,6 +156,7 @@ def worker(
             db,
             model=model,
             tools=functools.partial(load_tools, tools_module, here()),
+            allow=allow,
             concurrency=concurrency,
             lease_s=lease_s,
             drain_s=drain_s,

@@ -50,6 +50,9 @@ class JobDriving:
     records: Path
     model: Callable[[], ModelAdapter]
     tools: Callable[[], ToolRegistry]
+    #: the tools every run may call (`--allow`): narrows a machine's `tools:`, or is the
+    #: whole allow-list of a machine that lists none (None: the declaration's own)
+    allow: tuple[str, ...] | None
     lease_s: float
     secret_env: tuple[str, ...]
     on_transition: Callable[[Event], None] | None
@@ -139,7 +142,8 @@ class JobDriving:
         if journaled:
             return resume_run(job.run_id, lease_held=True, **common)
         budgets = attrs.asdict(job.budgets)
-        return run(queued_spec(job), task=job.task, budgets=budgets, run_id=job.run_id, **common)
+        return run(queued_spec(job), task=job.task, budgets=budgets, run_id=job.run_id,
+                   allow=self.allow, **common)  # fmt: skip
 
     def _watch(self, store: Store, slot: Slot) -> Callable[[Event], None]:
         """After each committed event (handed first to the worker's `on_transition`):

@@ -73,7 +73,8 @@ def backoff_s(failures: int, poll_s: float) -> float:
 class QueueWorker(JobDriving):
     """Leases jobs from the queue at `location` and runs them, `concurrency` at a time.
 
-    `model` and `tools` build a fresh adapter and registry for each job; `on_transition`
+    `model` and `tools` build a fresh adapter and registry for each job, `allow` is every
+    run's grant (`fsm_agent.runtime.worker.run`); `on_transition`
     is handed every event the runs journal (on their threads, after the worker's own
     checks), and `on_halt` each halt record (a traces sender: neither may block). `serve()` runs
     until the queue is empty (`idle_exit`), `max_jobs` jobs were taken, or `stop()` (SIGTERM
@@ -87,6 +88,7 @@ class QueueWorker(JobDriving):
         *,
         model: Callable[[], ModelAdapter],
         tools: Callable[[], ToolRegistry],
+        allow: Sequence[str] | None = None,
         concurrency: int = 1,
         lease_s: float = DEFAULT_LEASE_S,
         drain_s: float = DEFAULT_DRAIN_S,
@@ -107,6 +109,7 @@ class QueueWorker(JobDriving):
         if max_jobs is not None and max_jobs < 1:
             raise InvalidInputError(f"max_jobs must be >= 1, got {max_jobs}")
         self.location, self.model, self.tools = location, model, tools
+        self.allow = None if allow is None else tuple(allow)
         #: environment variables whose values every run redacts (see fsm_agent.redaction)
         self.secret_env = tuple(secret_env)
         #: handed every event each run journals, and each record a run halts with (traces)

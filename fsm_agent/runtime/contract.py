@@ -5,7 +5,9 @@ looser. Once the declaration has chosen an edge, the runtime refuses it — the 
 `handoff` with the reason below and a packet — when taking it would:
 
 - `allow_list` -> `tool_refused`: run a tool that is not on the run's allow-list (the
-  declaration's `tools:` that are registered);
+  declaration's `tools:` that are registered, narrowed by the operator's `allow`; for a
+  declaration that lists none, what `allow` names, else every registered tool:
+  `allow_list`);
 - `privileged` -> `halt_path_refused`: run a privileged tool while the halt vote is not
   owned by a local function;
 - `unknown_effect` -> `side_effect_unknown`: re-issue a side-effecting call whose earlier
@@ -27,10 +29,12 @@ without it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import attrs
 
+from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import HaltReason
 from fsm_agent.runtime.effects import pending_summary
 from fsm_agent.runtime.grounding import ground
@@ -170,6 +174,36 @@ def refusal(s: Snapshot, *, completes: bool, runs_tool: bool) -> Refusal | None:
     if runs_tool:
         return tool_refusal(s)
     return None
+
+
+def allow_list(
+    declared: tuple[str, ...] | None, registered: tuple[str, ...], allow: Sequence[str] | None
+) -> tuple[str, ...]:
+    """The run's allow-list: the tools the declaration's `tools:` lists, narrowed to `allow`
+    when the operator names some (`--allow`), and to the tools registered. For a declaration
+    without `tools:`, `allow` is the whole list, and without it every registered tool is
+    (a tools module's discovery: `--allow` is how an operator limits such a run). Raises
+    `InvalidInputError` when `allow` would widen the declaration or names a tool nobody
+    registered."""
+    if allow is None:
+        return registered if declared is None else tuple(n for n in declared if n in registered)
+    names = tuple(dict.fromkeys(n.strip() for n in allow if n.strip()))
+    if declared is not None:
+        wider = [n for n in names if n not in declared]
+        if wider:
+            raise InvalidInputError(
+                f"the allow-list (--allow) names {', '.join(map(repr, wider))}, which the"
+                f" machine's tools: ({', '.join(declared) or 'none'}) does not list: an"
+                " allow-list narrows the declaration, never widens it"
+            )
+    unknown = [n for n in names if n not in registered]
+    if unknown:
+        known = ", ".join(registered) or "none"
+        raise InvalidInputError(
+            f"the allow-list (--allow) names {', '.join(map(repr, unknown))}, which no"
+            f" registered tool is (registered: {known})"
+        )
+    return names
 
 
 def may_reissue(*, side_effect: bool, idempotent: bool) -> bool:

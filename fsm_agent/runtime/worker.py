@@ -43,6 +43,7 @@ from fsm_agent.run_ids import check_run_id
 from fsm_agent.runtime.actions import Steps, ask_judge, perform, success_possible
 from fsm_agent.runtime.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.runtime.context import Clock, RunContext
+from fsm_agent.runtime.contract import allow_list
 from fsm_agent.runtime.deadline import error_text
 from fsm_agent.runtime.driver import supervise
 from fsm_agent.runtime.interrupts import InterruptGate, raised_by_user_code
@@ -84,6 +85,7 @@ def run(
     repair: Callable[[Any], Any] | None = None,
     judge: Callable[[Snapshot], Any] | None = None,
     secret_env: Sequence[str] = (),
+    allow: Sequence[str] | None = None,
 ) -> HaltRecord:
     """Run `task` on a declared machine until it halts; return the halt record.
 
@@ -103,6 +105,8 @@ def run(
     `secret_env` names environment variables whose values are redacted (`[redacted:NAME]`)
     from the task, every reply and every tool outcome before anything is journaled, as the
     `openai:` lane's API key always is (see `fsm_agent.redaction`).
+    `allow` narrows the declaration's `tools:` to these names, or, for a declaration that
+    lists no tools, is the run's whole allow-list (without it, every registered tool is).
     """
     spec = load_machine(machine) if isinstance(machine, str) else machine
     if not isinstance(task, str) or not task.strip():
@@ -120,9 +124,7 @@ def run(
     if thrash_limit is not None and (isinstance(thrash_limit, bool) or thrash_limit < 0):
         raise InvalidInputError(f"thrash_limit must be >= 0 (0 = off), got {thrash_limit!r}")
     registry = tools if tools is not None else ToolRegistry()
-    allowlist = (
-        registry.names() if spec.tools is None else tuple(n for n in spec.tools if n in registry)
-    )
+    allowlist = allow_list(spec.tools, registry.names(), allow)
     check_tools(registry, allowlist)  # an annotation no schema can be made of: before the run
     opened, owned = _open_store(store)
     try:

@@ -70,6 +70,9 @@ class Simulator:
         self.stage = Stage()
         self.model = SimModel(self.stage)
         self.tools = simulated_tools(self.stage, tools)
+        #: a declaration that lists no tools allows none: the simulation grants every tool
+        #: of the module, as the widest `--allow` an operator could give (`check` alike)
+        self.allow = None if spec.tools is not None else self.tools.names()
         self.budgets = make_budgets(spec.budgets)
         #: the writes a drawn crash may land on: 1 .. this (a run commits once or twice a
         #: step, so most drawn crashes land inside the run)
@@ -116,7 +119,7 @@ class Simulator:
         store = view.as_store()
         return _raised("run", lambda: run(
             self.spec, task=TASK, model=self.model, tools=self.tools, store=store,
-            clock=clock, handle_signals=False, run_id=run_id))  # fmt: skip
+            clock=clock, handle_signals=False, run_id=run_id, allow=self.allow))  # fmt: skip
 
     def _resume(self, run_id: str, clock: VirtualClock) -> list[Violation]:
         """A fresh process resumes the run that died."""
