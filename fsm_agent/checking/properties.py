@@ -274,28 +274,9 @@ def privileged(e: Exploration, policy_problems: tuple[str, ...] = ()) -> Verdict
                 (*e.path_to(s.source), s),
             )
     for s in _by_depth(e, e.all_steps()):
-        t = s.transition
-        if t is None or not t.retry or s.refused is not None:
-            continue  # a retry the runtime's contract refuses is not taken
-        if not _passed(s.log, frozenset({"retries_left"})):
-            return Verdict(
-                "privileged",
-                False,
-                f"a retry is decided without the local retry meter: transition {t.index} retries"
-                " with no retries_left passing",
-                (*e.path_to(s.source), s),
-            )
-    for s in _by_depth(e, e.all_steps()):
-        t = s.transition
-        if t is None or s.refused is not None or not uncounted_retry(t, e.spec.state(t.dest)):
-            continue
-        return Verdict(
-            "privileged",
-            False,
-            f"a retry that never counts: transition {t.index} goes on after {t.trigger!r}"
-            " without `retry: true`, so the retry meter does not decrement in code",
-            (*e.path_to(s.source), s),
-        )
+        problem = _retry_problem(e.spec, s)
+        if problem is not None:
+            return Verdict("privileged", False, problem, (*e.path_to(s.source), s))
     if policy_problems:
         return Verdict(
             "privileged", False, "the policy's control plane is not local", details=policy_problems
@@ -303,6 +284,25 @@ def privileged(e: Exploration, policy_problems: tuple[str, ...] = ()) -> Verdict
     return Verdict(
         "privileged", True, "privileged tools only after the local halt check; retries counted"
     )
+
+
+def _retry_problem(spec: MachineSpec, s: Step) -> str | None:
+    """Why step `s` retries outside the local retry meter, or None (a step the runtime's
+    contract refuses is not taken)."""
+    t = s.transition
+    if t is None or s.refused is not None:
+        return None
+    if t.retry and not _passed(s.log, frozenset({"retries_left"})):
+        return (
+            f"a retry is decided without the local retry meter: transition {t.index} retries"
+            " with no retries_left passing"
+        )
+    if uncounted_retry(t, spec.state(t.dest)):
+        return (
+            f"a retry that never counts: transition {t.index} goes on after {t.trigger!r}"
+            " without `retry: true`, so the retry meter does not decrement in code"
+        )
+    return None
 
 
 def _by_depth(e: Exploration, steps: Iterable[Step]) -> list[Step]:
