@@ -17,6 +17,7 @@ from typing import Any
 
 from fsm_agent import Prompt, Receipt, Tool, ToolRegistry, ToolResult, run
 from fsm_agent.runtime import actions
+from tests.lab import granted
 
 LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
 ANSWER = {"answer": "swordfish"}
@@ -47,7 +48,7 @@ def main(db: str, record: str, point: str, effect: str) -> None:
 
     if point == "receipts":
         actions._collect_receipts = _die  # type: ignore[assignment]
-    run("agent_loop", task="find the lab password", model=model, tools=tools(effect, []),
+    run("agent_loop", task="find the lab password", model=model, **granted(tools(effect, [])),
         store=db, record_path=record, run_id="killed")  # fmt: skip
 
 

@@ -41,6 +41,7 @@ def journaled(
         task=task,
         model=ScriptedModel(replies),
         tools=load_tools("fsm_agent.examples.stop_conditions.tools"),
+        allow=("search",),
         store=db,
         record_path=tmp_path / "halt-contract.json",
         run_id=run_id,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fsm_agent import ScriptedModel, ToolRegistry, ToolResult, run
 from fsm_agent.halt import exit_code
+from tests.lab import granted
 
 RUN_ID = "raise-run"
 
@@ -35,7 +36,7 @@ def main() -> None:
         "agent_loop",
         task="wait for the operator",
         model=ScriptedModel([reply] * 20),
-        tools=tools,
+        **granted(tools),
         store=db,
         budgets={"max_steps": 3, "wall_clock_ms": 120_000, "tool_timeout_ms": 90_000},
         record_path=record,

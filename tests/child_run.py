@@ -16,6 +16,8 @@ import argparse
 import os
 import sys
 
+from tests.lab import granted
+
 RUN_ID = "child-run"
 
 
@@ -39,7 +41,9 @@ def main() -> None:
         sys.argv = [
             "fsm-agent", "run", "agent_loop", "--task", "nap until killed",
             "--model", "python:tests.fixture_tools:napping_model",
-            "--tools", "tests.fixture_tools", "--db", opts.db, "--record", opts.record,
+            "--tools", "tests.fixture_tools",
+            "--allow", "nap",
+            "--db", opts.db, "--record", opts.record,
             "--wall-clock-ms", "120000", "--tool-timeout-ms", "60000", "--quiet",
         ]  # fmt: skip
         cli_main()
@@ -62,7 +66,7 @@ def main() -> None:
         "agent_loop",
         task="nap until killed",
         model=napping_model,
-        tools=new_tools(),
+        **granted(new_tools()),
         store=opts.db,
         budgets={"wall_clock_ms": 120_000, "tool_timeout_ms": 60_000},
         record_path=opts.record,

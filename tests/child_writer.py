@@ -64,6 +64,7 @@ def main() -> None:
             task=f"Find the lab password ({rid})",
             model=ScriptedModel(list(replies)),
             tools=tools,
+            allow=tools.names(),
             store=opts.db,
             budgets=budgets,
             record_path=Path(opts.records) / f"{rid}.json",

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from fsm_agent import HaltRecord, ScriptedModel, load_tools, run
+from fsm_agent import HaltRecord, ScriptedModel, ToolRegistry, load_tools, run
 from fsm_agent.journal.chain import event_columns, genesis
 from fsm_agent.journal.chain_hash import base_of, chain_version, link_for, record_link
 from fsm_agent.journal.runfile import EventHash, RunFile
@@ -17,17 +17,28 @@ from fsm_agent.stores.sqlite import SqliteStore
 
 LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}  # a receipted hit
 MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}  # "refine your query"
+LAB_TOOLS = "fsm_agent.examples.halt_lab.tools"
+# agent_loop lists no tools: a run of it may call only what the operator allows (--allow)
+LAB_ALLOW = ("lookup", "slow_lookup", "hang")
+LAB_ALLOW_ARG = ",".join(LAB_ALLOW)  # the same, as `--allow` takes it
+
+
+def granted(tools: ToolRegistry) -> dict[str, Any]:
+    """`run` options that hand the run `tools` and allow every tool they register: what an
+    operator does with `--tools MODULE --allow A,B,…` for a machine that lists no tools."""
+    return {"tools": tools, "allow": tools.names()}
 
 
 def lab_run(tmp_path: Path, model: list[Any] | Any, **options: Any) -> HaltRecord:
     """Run the lab task with scripted replies (a list) or a model adapter; `options` go to
     `run` (`store` defaults to tmp_path/j.db, the record to tmp_path/r.json)."""
     options.setdefault("store", tmp_path / "j.db")
+    options.setdefault("allow", LAB_ALLOW)
     return run(
         "agent_loop",
         task="Find the lab password",
         model=ScriptedModel(model) if isinstance(model, list) else model,
-        tools=load_tools("fsm_agent.examples.halt_lab.tools"),
+        tools=load_tools(LAB_TOOLS),
         record_path=tmp_path / "r.json",
         **options,
     )

@@ -57,7 +57,9 @@ def main() -> None:
     DyingStore.die_at = n
     store = DyingStore(db)
     run("agent_loop", task="Find the lab password", model=ScriptedModel(SCRIPT),
-        tools=load_tools(TOOLS), store=store, run_id="killed")  # fmt: skip
+        tools=load_tools(TOOLS),
+        allow=("lookup", "slow_lookup", "hang"),
+        store=store, run_id="killed")  # fmt: skip
     sys.exit(0)  # the run ended before its Nth write
 
 

@@ -23,7 +23,7 @@ REGISTERED = ("lookup", "refund", "wire_money")
 @pytest.mark.parametrize(
     ("declared", "allow", "expected"),
     [
-        (None, None, REGISTERED),  # lists none, grants none: the module's tools
+        (None, None, ()),  # lists none, grants none, registers none: nothing runs
         (None, ("lookup",), ("lookup",)),  # the operator's grant is the whole list
         (("lookup", "refund"), None, ("lookup", "refund")),
         (("lookup", "refund"), ("refund",), ("refund",)),  # narrowed
@@ -37,7 +37,15 @@ def test_the_allow_list_is_what_was_granted_never_what_was_found(
     allow: tuple[str, ...] | None,
     expected: tuple[str, ...],
 ) -> None:
-    assert allow_list(declared, REGISTERED, allow) == expected
+    registered = () if declared is None and allow is None else REGISTERED
+    assert allow_list(declared, registered, allow) == expected
+
+
+def test_tools_registered_for_a_machine_that_lists_none_and_allows_none_are_refused() -> None:
+    # Discovery is not permission: a tools module's tools, nobody's grant, refused before
+    # the run starts (not a tool_refused at the first proposal).
+    with pytest.raises(InvalidInputError, match="registers tools, it does not permit them"):
+        allow_list(None, REGISTERED, None)
 
 
 @pytest.mark.parametrize(
@@ -90,6 +98,25 @@ def test_an_empty_name_in_allow_is_a_usage_error(tmp_path: Path, shop: str) -> N
     result = run(tmp_path, machine(tmp_path), shop, [{"answer": "x"}], "--allow", "lookup,")
     assert result.exit_code == 2, result.output
     assert "an empty tool name" in result.output
+
+
+def test_a_tools_module_alone_permits_nothing_and_the_run_never_starts(
+    tmp_path: Path, shop: str
+) -> None:
+    # The machine lists no tools, the operator names none: the tools the module registers
+    # are found, not allowed. The run is refused before anything is journaled or called.
+    replies = [call("wire_money", account="31337", cents=100_000_000)]
+    result = run(tmp_path, machine(tmp_path, drop=("not tool_allowed",)), shop, replies,
+                 grant=False)  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "lists no tools (no tools:) and no allow-list was given" in result.output
+    assert "registered tools (lookup, refund, charge," in result.output
+    assert "wire_money" in result.output
+    assert "--allow" in result.output
+    assert "Traceback" not in result.output
+    assert ledger(tmp_path) == []
+    assert not (tmp_path / "j.db").exists()
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_a_machine_that_lists_no_tools_runs_without_a_tools_module(tmp_path: Path) -> None:

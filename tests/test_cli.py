@@ -27,7 +27,9 @@ def script(tmp_path: Path, replies: object) -> str:
 def run_args(tmp_path: Path, model: str, *extra: str) -> list[str]:
     return [
         "run", "agent_loop", "--task", "find the lab password", "--model", model,
-        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", str(tmp_path / "j.db"),
+        "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--allow", "lookup,slow_lookup,hang",
+        "--db", str(tmp_path / "j.db"),
         "--record", str(tmp_path / "record.json"), *extra,
     ]  # fmt: skip
 

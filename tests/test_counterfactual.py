@@ -32,7 +32,9 @@ def lab(tmp_path: Path, replies: list[object]) -> str:
     script.write_text(json.dumps(replies), encoding="utf-8")
     result = invoke(
         "run", "agent_loop", "--task", "Find the lab password", "--model", f"scripted:{script}",
-        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", str(tmp_path / "j.db"),
+        "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--allow", "lookup,slow_lookup,hang",
+        "--db", str(tmp_path / "j.db"),
         "--record", str(tmp_path / "r.json"), "-q",
     )  # fmt: skip
     return result.output.split()[1]

@@ -32,6 +32,7 @@ def looping_run(tmp_path: Path) -> tuple[str, Path]:
         task="loop",
         model=ScriptedModel([MISS] * 12),
         tools=load_tools("fsm_agent.examples.halt_lab.tools"),
+        allow=("lookup", "slow_lookup", "hang"),
         store=db,
         record_path=tmp_path / "r.json",
     )
@@ -127,6 +128,7 @@ def test_only_the_parallel_edge_the_run_took_is_marked(
         task="t",
         model=ScriptedModel(replies),
         tools=load_tools("fsm_agent.examples.halt_lab.tools"),
+        allow=("lookup", "slow_lookup", "hang"),
         store=tmp_path / "j.db",
         record_path=tmp_path / "r.json",
     )

@@ -20,7 +20,7 @@ from fsm_agent.runtime.driver import supervise
 from fsm_agent.runtime.interrupts import InterruptGate
 from fsm_agent.runtime.receipts import Receipt
 from fsm_agent.stores.sqlite import SqliteStore
-from tests.lab import replays
+from tests.lab import granted, replays
 
 ROOT = Path(__file__).parent.parent
 WAIT_S = 30.0
@@ -75,7 +75,7 @@ def _settled(late: LateTool) -> None:
 def test_a_call_that_wakes_after_the_halt_journals_nothing(tmp_path: Path) -> None:
     late = LateTool()
     db, record_path = tmp_path / "j.db", tmp_path / "r.json"
-    record = run("agent_loop", task="wait", model=lambda prompt: CALL, tools=_tools(late),
+    record = run("agent_loop", task="wait", model=lambda prompt: CALL, **granted(_tools(late)),
                  store=db, record_path=record_path,
                  budgets={"wall_clock_ms": 300, "tool_timeout_ms": 60_000})  # fmt: skip
     assert record.halt_reason is HaltReason.WALL_CLOCK
@@ -118,8 +118,8 @@ def test_a_call_that_wakes_while_the_run_goes_on_changes_nothing(tmp_path: Path)
         return HIT
 
     db = tmp_path / "j.db"
-    record = run(_machine_that_goes_on(tmp_path), task="go on", model=model, tools=_tools(late),
-                 store=db, record_path=tmp_path / "r.json",
+    record = run(_machine_that_goes_on(tmp_path), task="go on", model=model,
+                 **granted(_tools(late)), store=db, record_path=tmp_path / "r.json",
                  budgets={"wall_clock_ms": 60_000, "tool_timeout_ms": 300})  # fmt: skip
     assert record.halt_reason is HaltReason.COMPLETED, record.error
     assert record.answer == "hit"
@@ -150,7 +150,7 @@ def test_every_call_of_a_run_is_made_on_one_driver_thread(tmp_path: Path) -> Non
         return _hit() if len(seen) > 4 else ToolResult(observation="again")
 
     tools = ToolRegistry((Tool(name="hit", fn=hit, side_effect=False),))
-    record = run("agent_loop", task="one thread", model=model, tools=tools,
+    record = run("agent_loop", task="one thread", model=model, **granted(tools),
                  store=tmp_path / "j.db", record_path=tmp_path / "r.json")  # fmt: skip
     assert record.halt_reason is HaltReason.COMPLETED, record.error
     assert len(seen) == 6

@@ -33,7 +33,9 @@ def fsm_run(tmp_path: Path, replies: list[Any], *extra: str, machine: str = "age
     script.write_text(json.dumps(replies), encoding="utf-8")
     return invoke(
         "run", machine, "--task", "Close ticket T-200", "--model", f"scripted:{script}",
-        "--tools", "tests.fixture_tickets", "--db", str(tmp_path / "j.db"),
+        "--tools", "tests.fixture_tickets",
+        "--allow", "lookup_ticket,close_ticket,lookup",
+        "--db", str(tmp_path / "j.db"),
         "--record", str(tmp_path / "r.json"), "-q", *extra,
     )  # fmt: skip
 

@@ -44,7 +44,9 @@ def run_everything(folder: Path, umask: int) -> None:
     """A run with its record and trace copy, then its export, report and two diagrams."""
     cli(
         folder, umask, "run", "agent_loop", "--task", "Find the lab password", "--model", PROPER,
-        "--tools", TOOLS, "--db", "j.db", "--record", "r.json", "--trace-copy", "trace.json",
+        "--tools", TOOLS,
+        "--allow", "lookup,slow_lookup,hang",
+        "--db", "j.db", "--record", "r.json", "--trace-copy", "trace.json",
         "--quiet",
     )  # fmt: skip
     run_id = json.loads((folder / "r.json").read_text())["run_id"]
@@ -100,7 +102,9 @@ def test_a_queue_workers_records_follow_the_umask_and_its_journal_is_private(
     run_id = cli(tmp_path, umask, "submit", "agent_loop", "--task", "t", "--db", "q.db")
     run_id_text = run_id.stdout.strip()
     cli(
-        tmp_path, umask, "worker", "--db", "q.db", "--tools", TOOLS, "--model", PROPER,
+        tmp_path, umask, "worker", "--db", "q.db", "--tools", TOOLS,
+        "--allow", "lookup,slow_lookup,hang",
+        "--model", PROPER,
         "--records", "records", "--max-jobs", "1", "--idle-exit",
     )  # fmt: skip
     assert mode(tmp_path / "records" / f"{run_id_text}.json") == 0o666 & ~umask
@@ -114,6 +118,8 @@ def test_an_existing_journal_keeps_its_mode(tmp_path: Path) -> None:
     db.chmod(0o640)
     cli(
         tmp_path, 0o022, "run", "agent_loop", "--task", "t", "--model", PROPER, "--tools",
-        TOOLS, "--db", "j.db", "--record", "r.json", "--quiet",
+        TOOLS,
+        "--allow", "lookup,slow_lookup,hang",
+        "--db", "j.db", "--record", "r.json", "--quiet",
     )  # fmt: skip
     assert mode(db) == 0o640

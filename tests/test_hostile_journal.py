@@ -215,7 +215,7 @@ def live_run(folder: Path, replies: list[Any], results: list[Any], *extra: str) 
     fixture_hostile.play(replies, results)
     args = (
         "run", "agent_loop", "--task", "Find the lab password", "--model", HOSTILE_MODEL,
-        "--tools", HOSTILE_TOOLS, "--db", str(folder / "j.db"),
+        "--tools", HOSTILE_TOOLS, "--allow", "probe,write", "--db", str(folder / "j.db"),
         "--record", str(folder / "r.json"), "--max-steps", "4", *extra,
     )  # fmt: skip
     result = invoke(*args)
@@ -306,7 +306,9 @@ def check_openai_lane(server: ms.ModelServer, plan: list[ms.Act], results: list[
         fixture_hostile.play([], results)
         args = (
             "run", "agent_loop", "--task", "Find the lab password", *model,
-            "--tools", HOSTILE_TOOLS, "--db", str(folder / "j.db"), "--record",
+            "--tools", HOSTILE_TOOLS,
+            "--allow", "probe,write",
+            "--db", str(folder / "j.db"), "--record",
             str(folder / "r.json"), "--max-steps", "4", "--trace-copy", str(folder / "t.json"),
         )  # fmt: skip
         assert_named(invoke(*args), args, allowed=(0, 3, 4))
@@ -374,7 +376,7 @@ def test_fuzz_the_openai_lane_on_many_hostile_replies_is_total(
 # --- the reported cases, one by one -------------------------------------------------------------
 
 LOOKUP = {"tool_call": {"name": "lookup", "args": {"q": "lab password"}}}
-LAB = ("--tools", "fsm_agent.examples.halt_lab.tools")
+LAB = ("--tools", "fsm_agent.examples.halt_lab.tools", "--allow", "lookup,slow_lookup,hang")
 
 
 def fsm_agent(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -56,6 +56,7 @@ def lab(store: object, **options: object) -> object:
         task=TASK,
         model=ScriptedModel([LOOKUP, ANSWER]),
         tools=load_tools("fsm_agent.examples.halt_lab.tools"),
+        allow=("lookup", "slow_lookup", "hang"),
         store=store,  # type: ignore[arg-type]
         **options,  # type: ignore[arg-type]
     )
@@ -98,6 +99,7 @@ def test_arun_writes_no_record_unless_asked(cwd: Path) -> None:
             task=TASK,
             model=ScriptedModel([LOOKUP, ANSWER]),
             tools=load_tools("fsm_agent.examples.halt_lab.tools"),
+            allow=("lookup", "slow_lookup", "hang"),
             store="j.db",
         )
     )

@@ -47,6 +47,7 @@ def lab_run(tmp_path: Path, model: ModelAdapter, **options: Any) -> HaltRecord:
         task="Find the lab password",
         model=model,
         tools=load_tools("fsm_agent.examples.halt_lab.tools"),
+        allow=("lookup", "slow_lookup", "hang"),
         store=tmp_path / "j.db",
         record_path=tmp_path / "r.json",
         **options,
@@ -370,7 +371,9 @@ def test_the_api_key_never_reaches_the_journal_the_record_or_the_logs(
         "run", "agent_loop", "--task", "Find the lab password", "--model", "openai:test-model",
         "--base-url", server.base_url, "--api-key-env", "FSM_TEST_MODEL_KEY",
         "--lane-tier", "paid", "--price-in", "2", "--price-out", "8", "--worst-case-cost",
-        "0.01", "--tools", "fsm_agent.examples.halt_lab.tools", "--db", str(db), "--record",
+        "0.01", "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--allow", "lookup,slow_lookup,hang",
+        "--db", str(db), "--record",
         str(record_path),
     ]  # fmt: skip
     result = CliRunner().invoke(cli, args, catch_exceptions=False)

@@ -212,7 +212,9 @@ def test_an_act_added_between_model_calls_is_applied_before_the_next_one(
 
     try:
         run("agent_loop", task="Find the lab password", model=model,
-            tools=load_tools("fsm_agent.examples.halt_lab.tools"), store=store, run_id="poll-1",
+            tools=load_tools("fsm_agent.examples.halt_lab.tools"),
+            allow=("lookup", "slow_lookup", "hang"),
+            store=store, run_id="poll-1",
             record_path=tmp_path / "r.json", budgets={"max_retries": 9})  # fmt: skip
         events = store.events("poll-1")
     finally:
@@ -230,7 +232,9 @@ def test_no_act_no_read(tmp_path: Path) -> None:
     try:
         record = run("agent_loop", task="Find the lab password",
                      model=ScriptedModel([MISS, MISS, MISS, LOOKUP, {"answer": "swordfish"}]),
-                     tools=load_tools("fsm_agent.examples.halt_lab.tools"), store=store,
+                     tools=load_tools("fsm_agent.examples.halt_lab.tools"),
+                     allow=("lookup", "slow_lookup", "hang"),
+                     store=store,
                      record_path=tmp_path / "r.json", budgets={"max_retries": 9})  # fmt: skip
     finally:
         store.close()

@@ -59,7 +59,7 @@ def kill_the_run_mid_tool(folder: Path) -> None:
     with (folder / "stderr").open("wb") as stderr:  # the tool's child inherits it
         proc = subprocess.Popen(
             [sys.executable, "-m", "fsm_agent", "run", "agent_loop", "--task", "write late",
-             "--tools", "tests.fixture_process_tool", "--model",
+             "--tools", "tests.fixture_process_tool", "--allow", "pid_sleep_write", "--model",
              "python:tests.fixture_process_tool:model", "--db", str(folder / "j.db"),
              "--record", str(folder / "r.json"), "--wall-clock-ms", "120000",
              "--tool-timeout-ms", "60000", "--quiet"],

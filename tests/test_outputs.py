@@ -34,7 +34,9 @@ def invoke(*args: str) -> Any:
 def lab_run(db: Path, *extra: str) -> Any:
     return invoke(
         "run", "agent_loop", "--task", "Find the lab password", "--model", LOOPING,
-        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", str(db), "--quiet", *extra,
+        "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--allow", "lookup,slow_lookup,hang",
+        "--db", str(db), "--quiet", *extra,
     )  # fmt: skip
 
 
@@ -224,5 +226,7 @@ def test_run_refuses_a_record_path_that_is_its_journal_before_it_starts(tmp_path
     db = tmp_path / "j.db"
     with pytest.raises(OutputRefused, match=r"record_path: .* is the journal"):
         run("agent_loop", task="t", model=ScriptedModel([]), tools=load_tools(
-            "fsm_agent.examples.halt_lab.tools"), store=db, record_path=db)  # fmt: skip
+            "fsm_agent.examples.halt_lab.tools"),
+            allow=("lookup", "slow_lookup", "hang"),
+            store=db, record_path=db)  # fmt: skip
     assert not db.exists()

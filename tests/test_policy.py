@@ -27,6 +27,7 @@ from fsm_agent.halt import HaltReason
 from fsm_agent.runtime.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane
 from fsm_agent.runtime.receipts import Receipt
 from fsm_agent.runtime.tools import ToolRegistry, ToolResult
+from tests.lab import granted
 
 #: Seed 000's minimal policy, verbatim (its first line is a comment).
 SEED_POLICY = """\
@@ -338,7 +339,7 @@ def test_the_shipped_policy_in_a_run(tmp_path: Path, lane: Lane, reason: HaltRea
         "agent_loop",
         task="capture the order",
         model=ScriptedModel([{"tool_call": {"name": "capture", "args": {}}}]),
-        tools=tools,
+        **granted(tools),
         store=tmp_path / "j.db",
         record_path=tmp_path / "halt.json",
         control=load_policy(default_policy_path()).control_plane_for_runtime(),

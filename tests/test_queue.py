@@ -529,7 +529,7 @@ def test_a_run_the_queue_holds_is_not_resumed_by_hand(
                               "store": qstore, "record_path": tmp_path / "r.json"}  # fmt: skip
     with pytest.raises(RunPaused):
         run(queued_spec(job), task=job.task, run_id=job.run_id, handle_signals=False,
-            on_transition=pause_at_start, **common)  # fmt: skip
+            on_transition=pause_at_start, allow=ALLOW, **common)  # fmt: skip
     with pytest.raises(InvalidInputError, match="leased by w1@host:1; to take it over by hand"):
         resume_run(job.run_id, **common)
     assert qstore.release_job(job.run_id, "w1@host:1", "queued")
@@ -867,7 +867,15 @@ def test_cli_worker_refuses_bad_input_before_leasing(backend: str, tmp_path: Pat
     no_tools = invoke(*base, "--tools", "no.such.module", "--model", MODEL)
     assert no_tools.exit_code == 2
     assert "no.such.module" in no_tools.output
-    no_model = invoke(*base, "--tools", TOOLS, "--model", "python:tests.queue_fixture:nope")
+    no_model = invoke(
+        *base,
+        "--tools",
+        TOOLS,
+        "--allow",
+        "step,charge",
+        "--model",
+        "python:tests.queue_fixture:nope",
+    )
     assert no_model.exit_code == 2
     assert "nope" in no_model.output
     assert "queued" in invoke("queue", "--db", backend).output

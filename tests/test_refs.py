@@ -25,6 +25,7 @@ from fsm_agent import load_machine, load_tools, run
 from fsm_agent.adapters.loading import load_model
 from fsm_agent.declaration.refs import BadReference, import_module, resolve_callable
 from fsm_agent.errors import AdapterError, MachineSpecError
+from tests.lab import granted
 
 AGENT_LOOP = (Path(__file__).parent.parent / "machines" / "agent_loop.yaml").read_text()
 #: the goal edge, guarded by a user guard too
@@ -125,7 +126,8 @@ def test_a_run_finds_the_guard_next_to_its_machine_and_the_tools_in_the_cwd(
     replies = script(root, tool)
     done = fsm(
         root, "run", "flows/loop.yaml", "--task", "look x up", "--model", f"scripted:{replies}",
-        "--tools", tools, "--db", "j.db", "--record", "r.json", "--quiet", console=console,
+        "--tools", tools, "--allow", "lookup,far_lookup", "--db", "j.db", "--record", "r.json",
+        "--quiet", console=console,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     record = json.loads((root / "r.json").read_text())
@@ -250,7 +252,7 @@ def test_the_library_finds_a_machines_guards_next_to_it_and_tools_where_it_is_to
         load_tools(tools)  # a library call searches only sys.path unless told
     registry = load_tools(tools, (root,))
     model = load_model(f"scripted:{script(tmp_path, 'lookup')}")
-    record = run(spec, task="t", model=model, tools=registry, store=tmp_path / "j.db")
+    record = run(spec, task="t", model=model, **granted(registry), store=tmp_path / "j.db")
     assert record.halt_reason == "completed"
     assert guards in sys.modules
 
@@ -260,7 +262,9 @@ def test_a_python_model_in_the_cwd_is_found_by_the_cli(tmp_path: Path) -> None:
     (tmp_path / f"{name}.py").write_text(MODEL_PY)
     done = fsm(
         tmp_path, "run", "agent_loop", "--task", "t", "--model", f"python:{name}:model",
-        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", "j.db", "--record", "r.json",
+        "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--allow", "lookup,slow_lookup,hang",
+        "--db", "j.db", "--record", "r.json",
         "--quiet",
         "--max-steps", "1",
     )  # fmt: skip

@@ -23,6 +23,7 @@ from tests.browser_runs import (
     hostile_run,
     needs_dot,
 )
+from tests.lab import granted
 
 #: Every element the report may contain: its own HTML and what Graphviz draws with.
 # fmt: off
@@ -212,7 +213,7 @@ def test_the_report_shows_what_on_call_needs_at_a_glance(tmp_path: Path) -> None
     lookup = {"tool_call": {"name": "lookup_ticket", "args": {"ticket": "T-200"}}}
     done = {"answer": "Done: ticket T-200 is closed."}
     record = run(
-        "agent_loop", task="Close T-200", tools=new_tools(), store=tmp_path / "j.db",
+        "agent_loop", task="Close T-200", **granted(new_tools()), store=tmp_path / "j.db",
         model=ScriptedModel([lookup, close, done, done, done], cost_per_call=0.00005),
         budgets={"max_steps": 7}, record_path=tmp_path / "r.json",
     )  # fmt: skip

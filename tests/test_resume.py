@@ -43,7 +43,7 @@ def fsm_agent(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen
 def charge_run(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> list[str]:
     return [
         "run", "agent_loop", "--task", "charge order ord_1 once", "--tools",
-        "tests.fixture_resume", "--db", str(tmp_path / "j.db"), "--record",
+        "tests.fixture_resume", "--allow", "charge", "--db", str(tmp_path / "j.db"), "--record",
         str(tmp_path / "first.json"), "--quiet", *extra,
     ]  # fmt: skip
 

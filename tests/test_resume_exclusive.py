@@ -62,7 +62,9 @@ def killed_mid_charge(db: str, tmp_path: Path, ledger: Path) -> str:
     hang = tmp_path / "hang"
     child = fsm_agent(
         "run", "agent_loop", "--task", "charge order ord_1 once", "--tools",
-        "tests.fixture_resume", "--model", "python:tests.fixture_resume:oracle", "--db", db,
+        "tests.fixture_resume",
+        "--allow", "charge",
+        "--model", "python:tests.fixture_resume:oracle", "--db", db,
         "--record", str(tmp_path / "first.json"), "--quiet",
         env={LEDGER_ENV: str(ledger), HANG_ENV: str(hang)},
     )  # fmt: skip

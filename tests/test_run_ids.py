@@ -39,6 +39,7 @@ def lab(db: Path, record: Path, **options: Any) -> Any:
         task="Find the lab password",
         model=ScriptedModel([LOOKUP, {"answer": "swordfish"}]),
         tools=load_tools("fsm_agent.examples.halt_lab.tools"),
+        allow=("lookup", "slow_lookup", "hang"),
         store=db,
         record_path=record,
         **options,
@@ -180,7 +181,9 @@ def test_worker_records_stay_in_their_directory_whatever_the_id(
     lab(db, tmp_path / "r.json", run_id=rid)  # halted; its job is still queued
     monkeypatch.undo()
     result = invoke(
-        "worker", "--db", str(db), "--tools", "fsm_agent.examples.halt_lab.tools", "--model",
+        "worker", "--db", str(db), "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--allow", "lookup,slow_lookup,hang",
+        "--model",
         f"scripted:{PROPER}", "--records", str(records), "--max-jobs", "1", "--idle-exit",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -206,7 +209,9 @@ def test_a_legacy_job_never_started_is_not_started_under_its_id(
         finally:
             store.close()
     result = invoke(
-        "worker", "--db", str(db), "--tools", "fsm_agent.examples.halt_lab.tools", "--model",
+        "worker", "--db", str(db), "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--allow", "lookup,slow_lookup,hang",
+        "--model",
         f"scripted:{PROPER}", "--records", str(records), "--max-jobs", "1", "--idle-exit",
     )  # fmt: skip
     assert result.exit_code == 0, result.output

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from fsm_agent.cli.main import cli
 from fsm_agent.redaction import Redactor, Secret
+from tests.lab import LAB_ALLOW_ARG
 from tests.model_server import Act, ModelServer, answer, completion, tool_call
 
 #: A `/` in it, so that an escaped slash (`\/`) spells it differently.
@@ -54,7 +55,7 @@ def invoke(*args: str) -> Any:
 
 
 def run_and_review(
-    tmp_path: Path, server: ModelServer, *extra: str, tools: str
+    tmp_path: Path, server: ModelServer, *extra: str, tools: str, allow: str = LAB_ALLOW_ARG
 ) -> dict[str, bytes]:
     """One `run` on the test server, then every tool that shows or ships the run; returns
     what each stored or printed."""
@@ -62,6 +63,7 @@ def run_and_review(
     result = invoke(
         "run", "agent_loop", "--task", "Find the lab password", "--model", "openai:test-model",
         "--base-url", server.base_url, "--api-key-env", KEY_ENV, "--tools", tools,
+        "--allow", allow,
         "--db", str(db), "--record", str(record), "--max-retries", "0",
         "--trace-copy", str(tmp_path / "trace.json"), *extra,
     )  # fmt: skip
@@ -156,6 +158,7 @@ def test_a_secret_env_value_is_redacted_from_task_tool_results_and_replies(
         "--task",
         f"Check the login {DB_VALUE}",
         tools="tests.fixture_secret_tools",
+        allow="lookup,read_config",
     )
     assert f"[redacted:{DB_ENV}]".encode() in found["journal"]
     assert_no_leak(DB_VALUE, found)
@@ -178,6 +181,7 @@ def test_the_worker_redacts_its_records(
     )
     result = invoke(
         "worker", "--db", str(db), "--tools", "tests.fixture_secret_tools",
+        "--allow", "lookup,read_config"
         "--model", "openai:test-model", "--base-url", server.base_url, "--api-key-env",
         KEY_ENV, "--secret-env", DB_ENV, "--records", str(records), "--max-jobs", "1",
         "--idle-exit",

@@ -23,6 +23,7 @@ from fsm_agent import HaltReason, read_record
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.stores.sqlite import SqliteStore
 from tests.fixture_tools import process_alive
+from tests.lab import granted
 
 ROOT = Path(__file__).parent.parent
 CHILD = Path(__file__).parent / "child_run.py"
@@ -203,7 +204,7 @@ def test_a_driver_taken_over_in_its_callback_touches_nothing_after_it_returns(
             back.set()
 
     db = tmp_path / "journal.db"
-    record = run("agent_loop", task="nap", model=napping_model, tools=new_tools(), store=db,
+    record = run("agent_loop", task="nap", model=napping_model, **granted(new_tools()), store=db,
                  record_path=tmp_path / "r.json", run_id="late", on_transition=late)  # fmt: skip
     assert record.halt_reason is HaltReason.INTERRUPTED
     assert back.wait(10)

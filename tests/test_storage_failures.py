@@ -59,6 +59,7 @@ def lab(store: SqliteStore | Path, record: Path, replies: list[Any], **options: 
         "agent_loop",
         model=ScriptedModel(list(replies)),
         tools=load_tools("fsm_agent.examples.halt_lab.tools"),
+        allow=("lookup", "slow_lookup", "hang"),
         store=store,
         record_path=record,
         handle_signals=False,
@@ -135,7 +136,9 @@ def test_random_bytes_are_refused_naming_the_file(tmp_path: Path) -> None:
     script.write_text(json.dumps(COMPLETES), encoding="utf-8")
     ran = invoke(
         "run", "agent_loop", "--task", "t", "--model", f"scripted:{script}", "--tools",
-        "fsm_agent.examples.halt_lab.tools", "--db", str(db), "--record", str(tmp_path / "r.json"),
+        "fsm_agent.examples.halt_lab.tools",
+        "--allow", "lookup,slow_lookup,hang",
+        "--db", str(db), "--record", str(tmp_path / "r.json"),
     )  # fmt: skip
     assert "damaged" in assert_clear_error(ran, db)
     assert db.read_bytes() == noise  # nothing was written into it
@@ -355,7 +358,9 @@ def test_a_run_on_a_journal_this_process_may_not_write_fails_naming_it(
     record = (shared.records if record_writable else shared.journal_dir) / "record.json"
     (result,) = as_nobody([
         "run", "agent_loop", "--task", "Find the lab password", "--model",
-        shared.script(COMPLETES), "--tools", "fsm_agent.examples.halt_lab.tools", "--db",
+        shared.script(COMPLETES), "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--allow", "lookup,slow_lookup,hang",
+        "--db",
         str(shared.db), "--record", str(record), "--quiet",
     ])  # fmt: skip
     if not record_writable:  # found before anything runs: invalid input, nothing written

@@ -41,6 +41,7 @@ from fsm_agent.journal import serde
 from fsm_agent.journal.store import Event
 from fsm_agent.redaction import run_secrets
 from fsm_agent.run_ids import resolve_run_id
+from fsm_agent.runtime.contract import allow_list
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
 from fsm_agent.runtime.usage import UsageTotals
 from fsm_agent.runtime.worker import run as run_machine
@@ -119,6 +120,7 @@ def run(
 
         control = load_policy(policy_path).control_plane_for_runtime()
     tools = load_tools(tools_module, here()) if tools_module else ToolRegistry()
+    allow_list(spec.tools, tools.names(), allow)  # a grant that cannot stand: before any file
     live = progress_line(quiet)
 
     def started(event: Event) -> None:

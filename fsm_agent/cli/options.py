@@ -170,7 +170,8 @@ def allow_option(fn: F) -> F:
         metavar="NAME[,NAME]",
         callback=_names,
         help="Tools this run may call: narrows the machine's tools:, or, for a machine that"
-        " lists none, is the whole allow-list (else every tool of --tools). Repeatable.",
+        " lists none, is the whole allow-list (without it, none: --tools registers tools,"
+        " it does not permit them). Repeatable.",
     )(fn)
 
 

@@ -6,8 +6,7 @@ looser. Once the declaration has chosen an edge, the runtime refuses it — the 
 
 - `allow_list` -> `tool_refused`: run a tool that is not on the run's allow-list (the
   declaration's `tools:` that are registered, narrowed by the operator's `allow`; for a
-  declaration that lists none, what `allow` names, else every registered tool:
-  `allow_list`);
+  declaration that lists none, what `allow` names and nothing else: `allow_list`);
 - `privileged` -> `halt_path_refused`: run a privileged tool while the halt vote is not
   owned by a local function;
 - `unknown_effect` -> `side_effect_unknown`: re-issue a side-effecting call whose earlier
@@ -181,12 +180,23 @@ def allow_list(
 ) -> tuple[str, ...]:
     """The run's allow-list: the tools the declaration's `tools:` lists, narrowed to `allow`
     when the operator names some (`--allow`), and to the tools registered. For a declaration
-    without `tools:`, `allow` is the whole list, and without it every registered tool is
-    (a tools module's discovery: `--allow` is how an operator limits such a run). Raises
-    `InvalidInputError` when `allow` would widen the declaration or names a tool nobody
-    registered."""
+    without `tools:`, `allow` is the whole list, and without it the list is empty: a tools
+    module's discovery is not permission. Raises `InvalidInputError` when `allow` would widen
+    the declaration or names a tool nobody registered, and when tools were registered of
+    which the run may call none (a run handed tools it may not use is a mistake to name
+    before it starts, not a `tool_refused` at its first proposal)."""
     if allow is None:
-        return registered if declared is None else tuple(n for n in declared if n in registered)
+        if declared is None:
+            if registered:
+                raise InvalidInputError(
+                    "the machine lists no tools (no tools:) and no allow-list was given, so"
+                    f" none of the registered tools ({', '.join(registered)}) may run: a"
+                    " tools module registers tools, it does not permit them. Name those"
+                    " this run may call with --allow NAME[,NAME] (allow= in Python), or"
+                    " list them under tools: in the machine"
+                )
+            return ()
+        return tuple(n for n in declared if n in registered)
     names = tuple(dict.fromkeys(n.strip() for n in allow if n.strip()))
     if declared is not None:
         wider = [n for n in names if n not in declared]

@@ -106,7 +106,8 @@ def run(
     from the task, every reply and every tool outcome before anything is journaled, as the
     `openai:` lane's API key always is (see `fsm_agent.redaction`).
     `allow` narrows the declaration's `tools:` to these names, or, for a declaration that
-    lists no tools, is the run's whole allow-list (without it, every registered tool is).
+    lists no tools, is the run's whole allow-list (without it, no tool may run, and
+    registering tools for such a run is an `InvalidInputError` before it starts).
     """
     spec = load_machine(machine) if isinstance(machine, str) else machine
     if not isinstance(task, str) or not task.strip():

@@ -71,7 +71,7 @@ def _templates(work: Path) -> tuple[list[tuple[tuple[Any, ...], list[tuple[Any, 
     db = work / "templates.db"
     for i, (replies, budgets) in enumerate(SCRIPTS):
         run("agent_loop", task="Find the lab password", model=ScriptedModel(replies),
-            tools=load_tools("fsm_agent.examples.halt_lab.tools"), store=db,
+            tools=load_tools("fsm_agent.examples.halt_lab.tools"), allow=("lookup",), store=db,
             budgets=budgets, record_path=work / f"r{i}.json", run_id=f"template-{i}",
             handle_signals=False)  # fmt: skip
     store = SqliteStore(db)

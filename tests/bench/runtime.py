@@ -126,7 +126,11 @@ def run_loop(
     model = InlineStubModel(workload) if inline else StubModel(workload)
     tools = stub_tools(workload, "inline" if inline else None)
     spec = agent_loop()
-    options: dict[str, Any] = {"budgets": budgets_for(workload), "record_path": record_path}
+    options: dict[str, Any] = {
+        "budgets": budgets_for(workload),
+        "record_path": record_path,
+        "allow": tools.names(),
+    }
     gc.collect()
     start = time.perf_counter()
     if isinstance(journal, Path):
@@ -250,6 +254,7 @@ def overshoot(scratch: Scratch, runs: int) -> list[float]:
                 task="wait for a tool that never answers",
                 model=_hang_model,
                 tools=ToolRegistry((Tool(name="hang", fn=_hang),)),
+                allow=("hang",),
                 store=store,
                 budgets={"wall_clock_ms": WALL_CLOCK_MS, "tool_timeout_ms": _GENEROUS_MS},
                 record_path=record_path,

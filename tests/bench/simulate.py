@@ -66,7 +66,8 @@ def baseline(runs: int, workdir: str | None) -> float:
             started = time.perf_counter()
             for i in range(runs):
                 record = run(spec, task="bench", model=ScriptedModel(SCRIPT), tools=tools,
-                             store=store, handle_signals=False, run_id=f"b-{i}")  # fmt: skip
+                             allow=tools.names(), store=store, handle_signals=False,
+                             run_id=f"b-{i}")  # fmt: skip
                 assert record.halt_reason.value == "completed", record.halt_reason
             return runs / (time.perf_counter() - started)
         finally:
