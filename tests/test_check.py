@@ -25,6 +25,7 @@ from fsm_agent.declaration.policy import default_policy_path
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.runfile import read_run_file
 from fsm_agent.review.replay import replay_events
+from tests.lab import granted
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "check_fixtures"
@@ -88,12 +89,23 @@ EXPECTED = {
 }
 
 
-def test_an_answer_edge_without_a_grounding_guard_is_proven_by_the_runtime_s_contract() -> None:
-    # receipts.yaml's answer edge into done has no grounding guard: the runtime grounds every
-    # answer itself, so no run can end done ungrounded, and check says so (one account).
-    report = check_paths(str(FIXTURES / "receipts.yaml"), growth=False)
-    assert [v.name for v in report.verdicts if not v.proven] == []
-    e = explore(load_machine(str(FIXTURES / "receipts.yaml")), Bounds(8, 2))
+def test_an_answer_edge_without_a_grounding_guard_is_refuted_and_linted_as_hp001() -> None:
+    # receipts.yaml's answer edge into done has no grounding guard: the runtime refuses its
+    # ungrounded answers (ungrounded_answer), so success is decided by the model's reply
+    # there, not by receipts. check refutes receipts for that edge and names lint's rule;
+    # lint reports that one finding (no CK003 besides it).
+    machine = str(FIXTURES / "receipts.yaml")
+    report = check_paths(machine, growth=False)
+    assert [v.name for v in report.verdicts if not v.proven] == ["receipts"]
+    verdict = report.verdicts[2]
+    assert [(c.code, c.transition) for c in verdict.causes] == [("HP001", 4)]
+    assert verdict.summary.endswith("(the run halts ungrounded_answer) (lint HP001)")
+    assert [step_line(s).split("    (")[0] for s in verdict.path] == [
+        "drafting --answer[side_effects_receipted, judge_agrees]--> handoff (ungrounded_answer)"
+    ]
+    findings = lint_paths(machine, str(default_policy_path()), check=True)
+    assert [(f.code, f.key) for f in findings] == [("HP001", "$.transitions[4]")]
+    e = explore(load_machine(machine), Bounds(8, 2))
     refused = {s.refused for s in e.all_steps() if s.refused is not None}
     assert HaltReason.UNGROUNDED_ANSWER in refused
 
@@ -177,11 +189,15 @@ def test_a_broken_declaration_is_invalid_input_with_its_line(tmp_path: Path) -> 
     assert "unknown state 'nowhere'" in out
 
 
-def test_lint_reports_the_refuted_properties_as_ck_findings() -> None:
-    findings = lint_paths(str(FIXTURES / "privileged.yaml"), check=True)
-    assert [(f.code, f.line, f.key) for f in findings if f.code.startswith("CK")] == [
-        ("CK004", 29, "$.transitions[2]")
-    ]
+def test_lint_reports_the_refuted_properties_once_each() -> None:
+    # privileged.yaml enters its tool state with no local halt check: check's privileged
+    # names that edge under HP010, and lint reports it once, as HP010 (not CK004 too)
+    findings = lint_paths(str(FIXTURES / "privileged.yaml"), str(default_policy_path()), check=True)
+    assert [(f.code, f.line, f.key) for f in findings] == [("HP010", 29, "$.transitions[2]")]
+    assert "(fsm-agent check: privileged)" in findings[0].message
+    # a property no lint rule names a cause of is a CK finding
+    findings = lint_paths(str(FIXTURES / "cycle.yaml"), str(default_policy_path()), check=True)
+    assert [f.code for f in findings] == ["CK001"]
     assert lint_paths("agent_loop", str(default_policy_path()), check=True) == []
 
 
@@ -424,7 +440,7 @@ def test_every_concrete_run_is_an_abstract_run(
     store = SqliteStore(":memory:")
     try:
         record = run(spec, task="t", model=ScriptedModel([MODEL_REPLIES[i] for i in replies]),
-                     tools=_tools(results), store=store, handle_signals=False,
+                     **granted(_tools(results)), store=store, handle_signals=False,
                      clock=(i / 1000 for i in itertools.count()).__next__)  # fmt: skip
         events = [x for x in store.events(record.run_id) if x.kind == "transition"]
     finally:

@@ -237,7 +237,7 @@ def test_json_shapes_of_the_commands_that_had_none(journal: str, tmp_path: Path)
     }  # fmt: skip
     assert as_json("lint", "agent_loop") == []
     lint = as_json("lint", str(ROOT / "tests" / "lint_fixtures" / "HP001-fail.yaml"))
-    assert [f["code"] for f in lint] == ["CK002", "CK005", "HP001"]  # with check
+    assert [f["code"] for f in lint] == ["CK002", "HP001", "CK005"]  # with check
     assert set(as_json("export", "@latest", "-o", str(tmp_path / "x.json"), *db)) == {
         "run_id", "events", "output", "chain", "chain_ok"
     }  # fmt: skip

@@ -31,8 +31,9 @@ def test_lint_clean_and_failing_declarations() -> None:
     result = CliRunner().invoke(
         cli, ["lint", str(FIXTURES / "HP001-fail.yaml"), "--format", "json"]
     )
-    # CK003 no more: the runtime's contract refuses an ungrounded success whatever the edge
-    assert [f["code"] for f in json.loads(result.stdout)] == ["CK002", "CK005", "HP001"]
+    # check's receipts refutes the edge and lint reports that as HP001 (no CK003 besides it),
+    # and the edge it blames is not dead besides: CK005 is the answer edge it shadows
+    assert [f["code"] for f in json.loads(result.stdout)] == ["CK002", "HP001", "CK005"]
     result = CliRunner().invoke(
         cli, ["lint", str(FIXTURES / "HP001-fail.yaml"), "--json", "--no-check"]
     )
@@ -52,7 +53,9 @@ def test_run_with_a_policy_and_with_a_broken_one(tmp_path: Path) -> None:
     script.write_text(json.dumps([LOOKUP, {"answer": "swordfish"}]))
     base = [
         "run", "agent_loop", "--task", "t", "--model", f"scripted:{script}",
-        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", str(tmp_path / "j.db"),
+        "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--allow", "lookup,slow_lookup,hang",
+        "--db", str(tmp_path / "j.db"),
         "--record", str(tmp_path / "r.json"), "--quiet",
     ]  # fmt: skip
     code, _ = invoke(*base, "--policy", "machines/halt-policy.yml")
@@ -69,7 +72,9 @@ def test_report_writes_one_html_file(tmp_path: Path) -> None:
     db = str(tmp_path / "j.db")
     code, out = invoke(
         "run", "agent_loop", "--task", "t", "--model", f"scripted:{script}",
-        "--tools", "fsm_agent.examples.halt_lab.tools", "--db", db,
+        "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--allow", "lookup,slow_lookup,hang",
+        "--db", db,
         "--record", str(tmp_path / "r.json"), "--json",
     )  # fmt: skip
     assert code == 0

@@ -3,8 +3,9 @@ dropped from its edges, failure edges sent back to drafting), random replies and
 behaviour, each driven through real runs on a real SQLite journal. Whatever the mutant, no
 run breaks the contract: nothing off the allow-list runs, nothing completes without receipts
 or grounding, a call that took effect or whose outcome is unknown is never made again unless
-its tool says so, and every run replays. `check` never refutes `receipts` for any mutant
-(the runtime, not the declaration, holds that property)."""
+its tool says so, and every run replays. `check` never proves `receipts` for a mutant one
+of whose runs completed without them (it refutes it where a mutant's edge into done is one
+the runtime refuses, which is what lint's HP001/HP003/HP006 report)."""
 
 from __future__ import annotations
 

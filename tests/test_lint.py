@@ -18,7 +18,6 @@ import pytest
 from fsm_agent.declaration.lint import (
     CHECKLIST,
     COVERAGE,
-    RECEIPT_GUARDS,
     RULES,
     Finding,
     format_findings,
@@ -244,7 +243,6 @@ def test_row_206_with_an_empty_id_does_not_halt_done_needs_a_receipt_guard() -> 
     findings = lint_paths(str(FIXTURES / "HP006-fail.yaml"), SHIPPED)
     assert [f.code for f in findings] == ["HP006"]
     assert "goal_satisfied" in findings[0].message
-    assert {"receipts_complete", "goal_satisfied"} <= RECEIPT_GUARDS
 
 
 def test_row_retries_left_hits_zero_halts_as_failure() -> None:

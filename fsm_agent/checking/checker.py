@@ -169,6 +169,15 @@ def _growth(spec: MachineSpec, bounds: Bounds, at: tuple[int, int] | None, work:
     return Growth(out[0], out[1])
 
 
+def privileged_possible(spec: MachineSpec, tools: ToolRegistry | None) -> bool:
+    """Whether a run may call a privileged tool: always without a registry to tell, else
+    when one of the tools the run may call is privileged."""
+    if tools is None:
+        return True
+    allowed = set(tools.names() if spec.tools is None else spec.tools)
+    return any(t.privileged and t.name in allowed for t in tools)
+
+
 def check_paths(
     machine: str,
     policy: str | None = None,
@@ -187,14 +196,10 @@ def check_paths(
     spec = load_machine(machine)
     loaded = load_policy(policy or spec.policy_path() or default_policy_path())
     problems = tuple(f"{key}: {message}" for key, message in policy_problems(loaded))
-    possible = True
-    if tools is not None:
-        allowed = set(tools.names() if spec.tools is None else spec.tools)
-        possible = any(t.privileged and t.name in allowed for t in tools)
     return check_machine(
         spec,
         budgets=budgets,
-        privileged_possible=possible,
+        privileged_possible=privileged_possible(spec, tools),
         policy_problems=problems,
         growth=growth,
         limit=limit,

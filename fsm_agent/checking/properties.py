@@ -7,15 +7,20 @@ with a shortest counterexample path.
   and model calls.
 - `no-gap`: in every reachable configuration some edge's guards pass for every outcome
   its action can produce (`no_transition` cannot happen).
-- `receipts`: every edge into `done` is taken with no side-effecting call lacking complete
-  receipts and with a grounding guard passing (`answer_grounded` or `goal_satisfied`).
+- `receipts`: no reachable decision chooses an edge into `done` that the runtime's success
+  rule refuses (a side-effecting call lacking complete receipts, an answer receipted results
+  do not ground, no tool result carrying the goal): the declaration's own guards decide
+  success from receipts, and the runtime's contract never has to.
 - `privileged`: a tool state is entered with a privileged tool proposed only by a decision
   whose local halt check (`privileged_cleared` or `halt_lane_local`) passed; every retry edge
-  is taken only when the local retry meter (`retries_left`) allowed it; the policy's control
-  plane is local.
+  is taken only when the local retry meter (`retries_left`) allowed it, and none goes on
+  after a failure without `retry: true`; the policy's control plane is local.
 - `dead`: every declared state, edge and halt reason is reachable; edges that could also
   have fired where an earlier one was chosen are listed (information: declaration order
   picks the first).
+
+A refuted `receipts` or `privileged` names each edge it blames as a `Cause`, under the lint
+rule that reports it (`fsm_agent.checking.causes`): lint shows those, not a second finding.
 """
 
 from __future__ import annotations
@@ -28,9 +33,15 @@ from typing import Final
 
 import attrs
 
+from fsm_agent.checking.causes import (
+    Cause,
+    privileged_causes,
+    receipt_causes,
+    refused_success,
+)
 from fsm_agent.checking.explore import Exploration, Halt, Node, Step
-from fsm_agent.checking.model import Config, base, contract_refusal
-from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec, uncounted_retry
+from fsm_agent.checking.model import Config, contract_refusal
+from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec
 from fsm_agent.halt import DONE, HaltReason
 
 #: property name -> what it claims, for reports.
@@ -38,7 +49,8 @@ CLAIMS: Final = {
     "halts": "every run halts within its step and retry budgets: no loop only the wall clock"
     " or the money cap ends",
     "no-gap": "some transition's guards pass in every reachable configuration",
-    "receipts": "done only with every side effect receipted and a grounding check passed",
+    "receipts": "done only where the runtime's success rule allows it: every side effect"
+    " receipted, the answer or the goal grounded in receipts",
     "privileged": "privileged tools only after the local halt check; retries and halts"
     " decided by local code",
     "dead": "every declared state, transition and halt reason is reachable",
@@ -52,7 +64,6 @@ CODES: Final = {
     "dead": "CK005",
 }
 GROUNDING: Final = frozenset({"answer_grounded", "goal_satisfied"})
-LOCAL_CHECKS: Final = frozenset({"privileged_cleared", "halt_lane_local"})
 
 
 @attrs.frozen
@@ -72,15 +83,9 @@ class Verdict:
     key: str | None = None
     #: for `halts` proven: (most transitions, most model calls) of any run
     longest: tuple[int, int] | None = None
-
-
-def _passed(log: Iterable[tuple[int, str, bool]], names: frozenset[str]) -> bool:
-    """Some guard of `names` was evaluated with its own value True (a `not` refused)."""
-    for _, ref, result in log:
-        positive, name = base(ref)
-        if name in names and result == positive:
-            return True
-    return False
+    #: for `receipts` and `privileged` refuted: every edge blamed, under the lint rule that
+    #: reports it (lint reports the property's own code only for a verdict that names none)
+    causes: tuple[Cause, ...] = ()
 
 
 def halts(e: Exploration) -> Verdict:
@@ -239,8 +244,9 @@ def gaps(e: Exploration) -> Verdict:
 
 
 def receipts(e: Exploration) -> Verdict:
-    """Every step into done passes the runtime's success rule on its configuration (the
-    runtime refuses any other, whatever the declaration's guards: `contract_refusal`)."""
+    """No decision chooses an edge into done that the runtime's success rule refuses on its
+    configuration (`contract_refusal`: the runtime refuses it whatever the declaration's
+    guards, so a declaration that leaves it to the runtime is refuted, edge by edge)."""
     bad = [
         s
         for s in e.all_steps()
@@ -248,35 +254,40 @@ def receipts(e: Exploration) -> Verdict:
         and s.dest.state == DONE
         and (s.transition is None or contract_refusal(s.after, s.transition, e.spec) is not None)
     ]
-    if not bad:
-        return Verdict("receipts", True, "every way into done is receipted and grounded")
-    first = min(bad, key=lambda s: e.depth[s.source])
+    causes = receipt_causes(e)
+    if bad:  # the explored model let a run into done that the runtime refuses: no rule names it
+        first = min(bad, key=lambda s: e.depth[s.source])
+        return Verdict(
+            "receipts",
+            False,
+            "a run can end done while the runtime's success rule refuses it",
+            (*e.path_to(first.source), first),
+            causes=causes,
+        )
+    if causes:
+        return _blamed("receipts", causes)
+    return Verdict("receipts", True, "every way into done is receipted and grounded")
+
+
+def _blamed(name: str, causes: tuple[Cause, ...], more: tuple[str, ...] = ()) -> Verdict:
+    """A refuted verdict showing its first cause; the others (and `more`) as details."""
+    first = causes[0]
+    rest = tuple(f"{c.summary} (lint {c.code})" for c in causes[1:])
     return Verdict(
-        "receipts",
+        name,
         False,
-        "a run can end done while the runtime's success rule refuses it",
-        (*e.path_to(first.source), first),
+        f"{first.summary} (lint {first.code})",
+        first.path,
+        details=rest + more,
+        key=f"$.transitions[{first.transition}]",
+        causes=causes,
     )
 
 
 def privileged(e: Exploration, policy_problems: tuple[str, ...] = ()) -> Verdict:
-    tools = {s.name for s in e.spec.states if s.action == "tool"}
-    for s in _by_depth(e, e.all_steps()):
-        t = s.transition
-        if t is None or t.dest not in tools or s.refused is not None:
-            continue
-        if s.after.kind == "tool_call" and s.after.privileged and not _passed(s.log, LOCAL_CHECKS):
-            return Verdict(
-                "privileged",
-                False,
-                f"a privileged tool can run before the local halt check: transition {t.index}"
-                f" enters {t.dest!r} without privileged_cleared passing",
-                (*e.path_to(s.source), s),
-            )
-    for s in _by_depth(e, e.all_steps()):
-        problem = _retry_problem(e.spec, s)
-        if problem is not None:
-            return Verdict("privileged", False, problem, (*e.path_to(s.source), s))
+    causes = privileged_causes(e)
+    if causes:
+        return _blamed("privileged", causes, policy_problems)
     if policy_problems:
         return Verdict(
             "privileged", False, "the policy's control plane is not local", details=policy_problems
@@ -286,29 +297,6 @@ def privileged(e: Exploration, policy_problems: tuple[str, ...] = ()) -> Verdict
     )
 
 
-def _retry_problem(spec: MachineSpec, s: Step) -> str | None:
-    """Why step `s` retries outside the local retry meter, or None (a step the runtime's
-    contract refuses is not taken)."""
-    t = s.transition
-    if t is None or s.refused is not None:
-        return None
-    if t.retry and not _passed(s.log, frozenset({"retries_left"})):
-        return (
-            f"a retry is decided without the local retry meter: transition {t.index} retries"
-            " with no retries_left passing"
-        )
-    if uncounted_retry(t, spec.state(t.dest)):
-        return (
-            f"a retry that never counts: transition {t.index} goes on after {t.trigger!r}"
-            " without `retry: true`, so the retry meter does not decrement in code"
-        )
-    return None
-
-
-def _by_depth(e: Exploration, steps: Iterable[Step]) -> list[Step]:
-    return sorted(steps, key=lambda s: e.depth[s.source])
-
-
 def dead(e: Exploration) -> Verdict:
     spec = e.spec
     states = {c.state for c in e.steps} | {n.state for n in e.parent if isinstance(n, Halt)}
@@ -316,6 +304,12 @@ def dead(e: Exploration) -> Verdict:
         s.transition.index for s in e.all_steps() if s.transition is not None and s.refused is None
     }
     reasons: set[HaltReason] = {s.dest.reason for s in e.all_steps() if isinstance(s.dest, Halt)}
+    # an edge `receipts` blames (chosen, then refused by the success rule) is its finding:
+    # neither it nor the done and the completed it never reaches are dead besides
+    blamed = [s.transition for s in e.all_steps() if refused_success(s) and s.transition]
+    taken |= {t.index for t in blamed}
+    states |= {t.dest for t in blamed}
+    reasons |= {t.halt for t in blamed if t.halt is not None}
     missing = [f"state {s.name!r}" for s in spec.states if s.name not in states]
     missing += [
         f"transition {t.index} {t.trigger!r} {t.source} → {t.dest}"

@@ -161,6 +161,10 @@ def report_data(
                 "path": [_step_data(s) for s in v.path],
                 "loop_from": v.loop_from,
                 "details": list(v.details),
+                "causes": [
+                    {"lint": c.code, "transition": c.transition, "summary": c.summary}
+                    for c in v.causes
+                ],
                 "run_file": None
                 if not run_files or v.name not in run_files
                 else str(run_files[v.name]),
@@ -197,10 +201,11 @@ def format_json(reports: Sequence[dict[str, Any]]) -> str:
 
 
 def refutations(report: CheckReport) -> list[tuple[str, str, str, int | None]]:
-    """Each refuted property as (code, message, key path, line), for `fsm-agent lint`."""
+    """Each refuted property that names no cause as (code, message, key path, line), for
+    `fsm-agent lint` (which reports a property's causes under their own rules instead)."""
     out = []
     for v in report.verdicts:
-        if not v.proven:
+        if not v.proven and not v.causes:
             key, line = where(report.spec, v)
             out.append((CODES[v.name], f"{v.summary} (fsm-agent check shows the path)", key, line))
     return out

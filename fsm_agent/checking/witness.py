@@ -4,8 +4,9 @@ A run file written for a refuted property must show that property's violation: i
 journal takes the path's transitions in order (each halt the one the path halts with), and
 then
 
-- a path that halts (`no-gap`'s `no_transition`, a way into `done` that `receipts` refutes,
-  a refusal of the runtime's contract) ends there, with that halt;
+- a path that halts (`no-gap`'s `no_transition`, a refusal of the runtime's contract:
+  `receipts`' way into `done` the success rule refuses among them) ends there, with that
+  halt;
 - a loop (`halts`) goes round again and again until the wall clock ends the run, which is
   what the counterexample says ends it: no step or retry budget does;
 - a path whose last transition is the violation (`privileged`: a privileged tool entered

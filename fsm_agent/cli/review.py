@@ -274,7 +274,8 @@ def report_(source: str, output: str, db: str, as_json: bool) -> None:
     "check",
     default=True,
     show_default=True,
-    help="Also report `fsm-agent check`'s refuted properties (CK001-CK005).",
+    help="Also report `fsm-agent check`'s other refuted properties (CK001-CK005); the"
+    " rules check decides (HP001, HP003, HP004, HP006, HP010, HX006) are reported either way.",
 )
 @json_option
 @click.option(
@@ -295,9 +296,10 @@ def lint(
     fmt: str,
 ) -> None:
     """Check a declaration and a halt policy for the red flags and exit criteria of the
-    halt-path review before deploy, and (unless --no-check) prove it with `fsm-agent
-    check`; print findings like a linter (`file:line: CODE …`), or with --json a JSON array
-    of them; exit 1 on any finding."""
+    halt-path review before deploy (the receipt, retry and privileged-tool rules as
+    `fsm-agent check` decides them), and (unless --no-check) report check's other refuted
+    properties; print findings like a linter (`file:line: CODE …`), or with --json a JSON
+    array of them; exit 1 on any finding."""
     fmt = "json" if as_json else fmt
     from fsm_agent.declaration.lint import format_findings, lint_paths
     from fsm_agent.declaration.policy import default_policy_path

@@ -3,10 +3,16 @@ exit criteria.
 
 One stable code per checklist item: `HP001`-`HP010` for the ten red flags, `HX001`-`HX008`
 for the eight exit criteria (`CHECKLIST`). `RULES` holds the codes that can be decided
-statically, from the declaration, the policy and (optionally) the tool registry's lanes and
+before a run, from the declaration, the policy and (optionally) the tool registry's lanes and
 privileged flags.
 `COVERAGE` says, for every one of the eighteen items, which rule catches it or which runtime
 refusal or test makes it impossible. Findings carry the file, the line and the key path.
+
+Where lint and `fsm-agent check` judge the same thing, check decides and lint reports: the
+receipt rules (HP001, HP003, HP006) are the edges check's `receipts` refutes, and HP004, HP010
+and HX006 those its `privileged` refutes (`fsm_agent.checking.causes`), so lint explores the
+machine for these even without `check`, and a refuted property that names these causes is
+not reported a second time as CK003 or CK004.
 """
 
 from __future__ import annotations
@@ -21,18 +27,14 @@ import attrs
 
 from fsm_agent.declaration.load import load_machine
 from fsm_agent.declaration.policy import Policy, PolicyError, load_policy, policy_problems
-from fsm_agent.declaration.spec import MachineSpec, TransitionSpec, uncounted_retry
+from fsm_agent.declaration.spec import MachineSpec
 from fsm_agent.errors import InvalidInputError
-from fsm_agent.halt import DONE
 
 if TYPE_CHECKING:
+    from fsm_agent.checking.causes import Cause
+    from fsm_agent.checking.checker import CheckReport
     from fsm_agent.declaration.yamlsource import LineIndex
     from fsm_agent.runtime.tools import ToolRegistry
-
-#: Built-in guards that decide from receipts (a 2xx status and a resource id).
-RECEIPT_GUARDS: Final = frozenset(
-    {"receipts_complete", "goal_satisfied", "answer_grounded", "evidence_complete"}
-)
 
 #: code -> the halt-path review's checklist item, in its own words.
 CHECKLIST: Final[Mapping[str, str]] = MappingProxyType(
@@ -66,25 +68,29 @@ _TRACES = (
     " is an unknown key and fails closed (tests/test_policy.py)"
 )
 _HOW: Final[Mapping[str, str]] = {
-    "HP001": "lint HP001: an edge from a model state into done with no receipt guard. Runtime:"
+    "HP001": "lint HP001: an edge from a model state into done that a run can choose where the"
+    " runtime's success rule refuses it (check's receipts, refuted for that edge). Runtime:"
     " parse_reply records `done` as ignored and no guard reads it (test_proposals,"
     " test_worker::test_done_flag_alone_never_ends_a_run_as_success)",
     "HP002": "lint HP002: routing.missing_target not fail_closed, or a policy file with a"
     " missing key, an unknown key or an unknown value. Runtime: load_policy has no defaults and"
     " raises PolicyError naming the key path; policy_refusal fails closed on a key with no target",
-    "HP003": "lint HP003: an edge into done decided by a user guard with no receipt guard beside"
-    " it, or control_plane.halt not local_only. Runtime: guards are Python predicates resolved"
-    " at load time (no eval, no prompt); the worker refuses a halt lane that is not a local"
-    " function before the first step (HALT_PATH_REFUSED)",
-    "HP004": "lint HP004: a retry edge not guarded by retries_left, or control_plane.retry_budget"
-    " not local_only. Runtime: max_retries is frozen at start, the worker counts each retry edge"
-    " taken, and the parser refuses unknown reply keys (a model cannot send a budget)",
+    "HP003": "lint HP003: an edge into done with a user guard that a run can choose where the"
+    " runtime's success rule refuses it (check's receipts), or control_plane.halt not"
+    " local_only. Runtime: guards are Python predicates resolved at load time (no eval, no"
+    " prompt); the worker refuses a halt lane that is not a local function before the first"
+    " step (HALT_PATH_REFUSED)",
+    "HP004": "lint HP004: a retry edge a run can take with no retries_left passing (check's"
+    " privileged), or control_plane.retry_budget not local_only. Runtime: max_retries is"
+    " frozen at start, the worker counts each retry edge taken, and the parser refuses unknown"
+    " reply keys (a model cannot send a budget)",
     "HP005": "lint HP005: control_plane.schema_repair_vote not local_only. Runtime: the worker"
     " refuses a non-local lane for every control key, schema_repair_vote included, before the"
     " first step; a rejected reply is retried only on a declared, guarded edge, else schema_fail",
-    "HP006": "lint HP006: an edge into done from a tool, receipts or user-action state with no"
-    " receipt guard. Runtime: every edge that halts completed carries side_effects_receipted"
-    " (the loader adds it to every declaration), so no side-effecting call without complete"
+    "HP006": "lint HP006: an edge into done from a tool, receipts or user-action state that a run"
+    " can choose where the runtime's success rule refuses it (check's receipts). Runtime: every"
+    " edge that halts completed carries side_effects_receipted (the loader adds it to every"
+    " declaration), so no side-effecting call without complete"
     " receipts — a 2xx integer status and a non-empty id; a 206 with an empty id is not one —"
     " lets a run end done; answer_grounded needs the values an answer states to have been"
     " returned by receipted calls (a cited receipt id grounds nothing)",
@@ -96,9 +102,9 @@ _HOW: Final[Mapping[str, str]] = {
     "HP009": "lint HP009 (needs the tool registry): a privileged tool on a free lane or a free"
     " server. Runtime: continuation is decided by local guards only, a free halt lane is"
     " refused, and every call runs under its time cap and the wall clock",
-    "HP010": "lint HP010: an edge into a tool state not preceded by the `not privileged_cleared`"
-    " check while a privileged tool may be called (without a registry, any tool may be)."
-    " Runtime: the tool action runs assert_local_halt before a privileged tool"
+    "HP010": "lint HP010: an edge into a tool state a run can take with a privileged tool before"
+    " the local halt check passed (check's privileged; without a registry, any tool may be"
+    " privileged). Runtime: the tool action runs assert_local_halt before a privileged tool"
     " (test_guards::test_privileged_tool_refused_on_free_lane_ends_as_halt_path_refused)",
     "HX001": "impossible at runtime: parse_reply turns a reply into exactly one tool call, answer,"
     " handoff request or rejection; `done` is recorded as ignored, any other key is schema_fail;"
@@ -113,9 +119,10 @@ _HOW: Final[Mapping[str, str]] = {
     " results and snapshot; `fsm-agent show` and `replay` explain a halt without model prose",
     "HX005": "lint HX005: routing.privileged_tools_require not local_halt, or no policy at all"
     " while a privileged tool may be called. Runtime: as red flag 10",
-    "HX006": "lint HX006: an edge that goes on after a failure (rejected, tool_failed,"
+    "HX006": "lint HX006: a reachable edge that goes on after a failure (rejected, tool_failed,"
     " tool_timed_out, failed, timed_out) into a non-terminal state without `retry: true`, so the"
-    " retry meter never decrements in code. Runtime: only the worker counts retries",
+    " retry meter never decrements in code (check's privileged). Runtime: only the worker counts"
+    " retries",
     "HX007": "test: tests/test_lanes_receipts.py (test_refuses_halt_when_the_lane_is_free,"
     " test_refuses_halt_when_the_host_is_a_free_server, every control key off a local lane) and"
     " tests/test_policy.py; CI (.ci/run) runs them on every change",
@@ -126,24 +133,26 @@ _HOW: Final[Mapping[str, str]] = {
 #: Every red flag and exit criterion of the halt-path review -> the rule that catches it, or
 #: what makes it impossible at runtime, or the test that keeps it out.
 COVERAGE: Final[dict[str, str]] = {code: f"{CHECKLIST[code]} → {_HOW[code]}" for code in _HOW}
-#: Codes with a static rule; every other code in `COVERAGE` is a runtime refusal or a test.
+#: Codes with a lint rule; every other code in `COVERAGE` is a runtime refusal or a test.
 _STATIC: Final = (
     "HP001", "HP002", "HP003", "HP004", "HP005", "HP006", "HP009", "HP010", "HX005", "HX006",
 )  # fmt: skip
 RULES: Final[Mapping[str, str]] = MappingProxyType({code: CHECKLIST[code] for code in _STATIC})
-#: The codes of `fsm-agent check`'s five properties, reported by lint with `check=True`.
+#: The codes of `fsm-agent check`'s five properties, reported by lint with `check=True`
+#: (CK003 and CK004 only for a refutation that names no edge a lint rule reports: the
+#: causes `receipts` and `privileged` name are HP001/HP003/HP006 and HP004/HP010/HX006).
 CHECK_RULES: Final[Mapping[str, str]] = MappingProxyType(
     {
         "CK001": "check: every run halts within its budgets",
         "CK002": "check: no configuration without a passing transition",
-        "CK003": "check: done only from receipts and a grounding check",
+        "CK003": "check: done only where the runtime's success rule allows it",
         "CK004": "check: privileged tools only after the local halt check; local retries",
         "CK005": "check: nothing declared is dead",
         "CK000": "check: the machine could not be explored in full under its budgets",
     }
 )
 #: The most work lint's check spends (`fsm_agent.checking.explore.Work`; about a second)
-#: before it reports CK000.
+#: before it reports CK000 (with or without `check`: the rules check decides are undecided).
 LINT_CHECK_LIMIT: Final = 100_000
 #: Which rule owns a policy value that is not allowed (any other policy problem is HP002).
 _POLICY_CODES: Final[Mapping[str, str]] = MappingProxyType(
@@ -176,21 +185,28 @@ def _finding(code: str, message: str, source: str, line: int | None, key: str) -
     return Finding(code, message, source, line, key, RULES.get(code) or CHECK_RULES[code])
 
 
-def _checked(ctx: _Context) -> Iterator[Finding]:
-    """`fsm-agent check`'s refuted properties, as CK findings."""
-    from fsm_agent.checking.checker import check_machine
+def _explore(
+    spec: MachineSpec, tools: ToolRegistry | None, lines: LineIndex
+) -> CheckReport | Finding:
+    """`fsm-agent check`'s report of `spec` (a privileged tool possible unless the registry
+    says none may be called), or CK000 when it is too large to explore in lint's limit."""
+    from fsm_agent.checking.checker import check_machine, privileged_possible
     from fsm_agent.checking.explore import TooLarge
+
+    try:
+        return check_machine(spec, privileged_possible=privileged_possible(spec, tools),
+                             growth=False, limit=LINT_CHECK_LIMIT)  # fmt: skip
+    except TooLarge as exc:
+        return _finding("CK000", str(exc), spec.source, lines.lines.get("$.budgets"), "$.budgets")
+
+
+def _checked(ctx: _Context) -> Iterator[Finding]:
+    """`fsm-agent check`'s refuted properties that name no cause, as CK findings."""
     from fsm_agent.checking.report import refutations
 
-    possible = ctx.tools is None or bool(ctx.privileged())
-    try:
-        report = check_machine(ctx.spec, privileged_possible=possible, growth=False,
-                               limit=LINT_CHECK_LIMIT)  # fmt: skip
-    except TooLarge as exc:
-        yield _finding("CK000", str(exc), ctx.spec.source, ctx.lines.lines.get("$.budgets"),
-                       "$.budgets")  # fmt: skip
+    if ctx.report is None:
         return
-    for code, message, key, line in refutations(report):
+    for code, message, key, line in refutations(ctx.report):
         yield _finding(code, message, ctx.spec.source, line, key)
 
 
@@ -201,6 +217,8 @@ class _Context:
     tools: ToolRegistry | None
     lines: LineIndex
     policy_reported: bool
+    #: check's report of the machine (None: too large to explore, reported as CK000)
+    report: CheckReport | None = None
 
     def at(self, code: str, message: str, key: str) -> Finding:
         probe = key
@@ -225,83 +243,49 @@ class _Context:
         return f"privileged tool {', '.join(map(repr, found))}"
 
     def privileged_possible(self) -> bool:
-        found = self.privileged()
-        return bool(self.tool_states()) and (found is None or bool(found))
+        """A tool state exists and a privileged tool may be called there (check's rule)."""
+        from fsm_agent.checking.checker import privileged_possible
+
+        return bool(self.tool_states()) and privileged_possible(self.spec, self.tools)
 
 
-def _guard_parts(ref: str) -> tuple[bool, str]:
-    """(positive?, guard name) of a guard reference, `not` prefixes folded."""
-    ref, positive = ref.strip(), True
-    while ref.startswith("not "):
-        ref, positive = ref[4:].strip(), not positive
-    return positive, ref
+#: What to do about each cause check names, by its lint rule.
+_FIXES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "HP001": "guard it with answer_grounded",
+        "HP003": "add a receipt guard beside it (answer_grounded, or goal_satisfied after a"
+        " tool); a user guard may read model prose",
+        "HP006": "guard it with goal_satisfied (receipts_complete alone is no goal)",
+        "HP004": "guard it with retries_left, so max_retries stops it",
+        "HX006": "mark it `retry: true` and guard it with retries_left",
+    }
+)
 
 
-def _receipt_guarded(t: TransitionSpec) -> bool:
-    return any(pos and name in RECEIPT_GUARDS for pos, name in map(_guard_parts, t.guards))
+def _caused(ctx: _Context) -> Iterator[Finding]:
+    """HP001, HP003, HP006 (check's `receipts`) and HP004, HP010, HX006 (its `privileged`):
+    each edge check blames, under the rule that names it (`fsm_agent.checking.causes`)."""
+    if ctx.report is None:
+        return
+    for v in ctx.report.verdicts:
+        for cause in v.causes:
+            yield ctx.at(cause.code, _cause_message(ctx, v.name, cause), _cause_key(cause))
 
 
-def _user_guards(t: TransitionSpec) -> list[str]:
-    return [name for _, name in map(_guard_parts, t.guards) if ":" in name]
+def _cause_message(ctx: _Context, prop: str, cause: Cause) -> str:
+    if cause.code == "HP010":
+        fix = (
+            f"{ctx.who()} may be called there; put a `not privileged_cleared` edge that"
+            " leaves the tool path before it"
+        )
+    else:
+        fix = _FIXES[cause.code]
+    return f"{cause.summary}; {fix} (fsm-agent check: {prop})"
 
 
-def _edge(t: TransitionSpec) -> str:
-    return f"{t.trigger!r} {t.source} → {t.dest}"
-
-
-def _done_without_receipts(ctx: _Context) -> Iterator[Finding]:
-    """HP001, HP003, HP006: an edge into `done` with no receipt guard, by what decides it."""
-    for t in ctx.spec.transitions:
-        if t.dest != DONE or _receipt_guarded(t):
-            continue
-        key, users = f"$.transitions[{t.index}]", _user_guards(t)
-        action = ctx.spec.state(t.source).action
-        if users:
-            yield ctx.at(
-                "HP003",
-                f"halt decided by {', '.join(users)}: {_edge(t)} has no receipt guard, and a"
-                " user guard may read model prose; add a receipt guard beside it",
-                f"{key}.guards",
-            )
-        elif action == "model":
-            yield ctx.at(
-                "HP001",
-                f"success decided by the model's reply: {_edge(t)} has no receipt guard"
-                f" (add one of {', '.join(sorted(RECEIPT_GUARDS))})",
-                key,
-            )
-        else:
-            yield ctx.at(
-                "HP006",
-                f"success without receipts: {_edge(t)} (action {action}) is guarded by"
-                f" {', '.join(t.guards) or 'nothing'}; guard it with goal_satisfied or"
-                " receipts_complete",
-                key,
-            )
-
-
-def _hp004(ctx: _Context) -> Iterator[Finding]:
-    """A retry edge that the retry budget never stops."""
-    for t in ctx.spec.transitions:
-        if t.retry and (True, "retries_left") not in map(_guard_parts, t.guards):
-            yield ctx.at(
-                "HP004",
-                f"retry budget not enforced: {_edge(t)} is a retry without the retries_left"
-                " guard, so max_retries never stops it",
-                f"$.transitions[{t.index}].retry",
-            )
-
-
-def _hx006(ctx: _Context) -> Iterator[Finding]:
-    """The loop goes on after a failure without counting a retry."""
-    for t in ctx.spec.transitions:
-        if uncounted_retry(t, ctx.spec.state(t.dest)):
-            yield ctx.at(
-                "HX006",
-                f"a retry that never counts: {_edge(t)} goes on after a failure without"
-                " `retry: true`, so the retry budget does not decrement in code",
-                f"$.transitions[{t.index}]",
-            )
+def _cause_key(cause: Cause) -> str:
+    key = f"$.transitions[{cause.transition}]"
+    return {"HP003": f"{key}.guards", "HP004": f"{key}.retry"}.get(cause.code, key)
 
 
 def _tool_key(ctx: _Context, name: str) -> str:
@@ -323,32 +307,6 @@ def _hp009(ctx: _Context) -> Iterator[Finding]:
                 f"privileged tool {name!r} runs on lane {tool.lane}: a commit would depend on a"
                 " best-effort endpoint (scratch servers stay off the commit path)",
                 _tool_key(ctx, name),
-            )
-
-
-def _cleared_before(ctx: _Context, t: TransitionSpec) -> bool:
-    """`t` is guarded by privileged_cleared, or an earlier candidate refuses `not` it."""
-    if (True, "privileged_cleared") in map(_guard_parts, t.guards):
-        return True
-    return any(
-        c.index < t.index
-        and [_guard_parts(g) for g in c.guards] == [(False, "privileged_cleared")]
-        and c.dest not in ctx.tool_states()
-        for c in ctx.spec.candidates(t.source, t.trigger)
-    )
-
-
-def _hp010(ctx: _Context) -> Iterator[Finding]:
-    """A tool state can be entered before the local halt check has cleared the tool."""
-    if not ctx.privileged_possible():
-        return
-    for t in ctx.spec.transitions:
-        if t.dest in ctx.tool_states() and not _cleared_before(ctx, t):
-            yield ctx.at(
-                "HP010",
-                f"{ctx.who()} may run before the local halt check: {_edge(t)} is not preceded"
-                " by a `not privileged_cleared` edge that leaves the tool path",
-                f"$.transitions[{t.index}]",
             )
 
 
@@ -375,7 +333,7 @@ def _policy_values(ctx: _Context) -> Iterator[Finding]:
 
 
 _CHECKS: Final[tuple[Callable[[_Context], Iterable[Finding]], ...]] = (
-    _done_without_receipts, _hp004, _hp009, _hp010, _hx005, _hx006, _policy_values,
+    _caused, _hp009, _hx005, _policy_values,
 )  # fmt: skip
 
 
@@ -393,9 +351,13 @@ def _lint(
 ) -> list[Finding]:
     from fsm_agent.declaration.yamlsource import LineIndex  # YAML only when linting
 
-    ctx = _Context(spec, policy, tools, LineIndex(spec.text, spec.source), policy_reported)
+    lines = LineIndex(spec.text, spec.source)
+    explored = _explore(spec, tools, lines)
+    report = None if isinstance(explored, Finding) else explored
+    ctx = _Context(spec, policy, tools, lines, policy_reported, report)
     checks = (*_CHECKS, _checked) if check else _CHECKS
-    return _sorted(f for c in checks for f in c(ctx))
+    found = [f for c in checks for f in c(ctx)]
+    return _sorted([*found, explored] if isinstance(explored, Finding) else found)
 
 
 def lint(
@@ -406,8 +368,9 @@ def lint(
     check: bool = False,
 ) -> list[Finding]:
     """Every finding for a loaded declaration, a policy (None: none given) and optionally the
-    tool registry (its lanes and privileged flags). Empty means clean. Pure. With `check`,
-    also `fsm-agent check`'s refuted properties (CK001-CK005)."""
+    tool registry (its lanes and privileged flags). Empty means clean. Pure. The rules check
+    decides come from its exploration whatever `check` says; with `check`, also its other
+    refuted properties (CK001-CK005)."""
     return _lint(spec, policy, tools, policy_reported=False, check=check)
 
 
