@@ -22,6 +22,7 @@ from fsm_agent.runtime.worker import resume_run
 from fsm_agent.simulation.clock import VirtualClock
 from fsm_agent.simulation.crash import SimStore, SimulatedCrash
 from fsm_agent.stores.sqlite import SqliteStore
+from tests.lab import LAB_ALLOW
 from tests.sim_kill_child import SCRIPT, TOOLS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ def simulated(db: Path, n: int) -> tuple[list[tuple[Any, ...]], str | None]:
     clock = VirtualClock()
     with contextlib.suppress(SimulatedCrash):  # the simulated process dies at write n
         run("agent_loop", task="Find the lab password", model=ScriptedModel(SCRIPT),
-            tools=load_tools(TOOLS), store=SimStore(journal, clock, n).as_store(),
+            tools=load_tools(TOOLS), allow=LAB_ALLOW, store=SimStore(journal, clock, n).as_store(),
             clock=clock, handle_signals=False, run_id="killed")  # fmt: skip
     if "killed" not in journal.run_ids():
         return [], None

@@ -43,6 +43,15 @@ _exiting = False
 #: True while the command's own modules are imported: a signal then only marks the stop,
 #: and it is acted on the moment the import is done (see `main`).
 _loading = False
+#: Set by a command that has said itself how a signal stopped it (`stop_said`).
+_said = False
+
+
+def stop_said() -> None:
+    """The command has told the user how a signal stopped it (and exits 128+N): `main`
+    adds no line of its own."""
+    global _said
+    _said = True
 
 
 def _interrupted_type() -> type[BaseException] | None:
@@ -119,5 +128,6 @@ def main() -> None:
         signum = _signal_of(exc)
         if signum is None:
             raise
-        _say_stopped(signum)
+        if not _said:
+            _say_stopped(signum)
         sys.exit(128 + signum)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from fsm_agent.cli.entry import stop_said
 from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import InputProblem, OutputPath, cli_errors, here, json_option
+from fsm_agent.errors import Interrupted
 
 #: Exit code of a simulation in which some run broke an invariant.
 EXIT_VIOLATION = 1
@@ -51,8 +54,9 @@ class CrashParam(_ParamType):
         return point
 
 
-def _progress(quiet: bool) -> Any:
+def _progress(quiet: bool, seen: list[int]) -> Any:
     def show(done: int, total: int) -> None:
+        seen[:] = [done]
         every = max(1, total // PROGRESS_LINES)
         if quiet or (done % every and done != total):
             return
@@ -115,8 +119,19 @@ def simulate(
         if len(missing) == len(spec.tools) and missing:
             raise InputProblem(f"--tools {tools_module}: none of the machine's tools is in it"
                                f" ({', '.join(missing)})")  # fmt: skip
-    summary = simulate_runs(spec, tools, runs=runs, seed=seed, crash=crash, out_dir=out_dir,
-                            db=db, progress=_progress(quiet))  # fmt: skip
+    seen = [0]  # runs done, for a stop's message
+    try:
+        progress = _progress(quiet, seen)
+        summary = simulate_runs(spec, tools, runs=runs, seed=seed, crash=crash,
+                                out_dir=out_dir, db=db, progress=progress)  # fmt: skip
+    except Interrupted as exc:
+        kept = f"; its runs are in {db}" if db is not None else ""
+        with contextlib.suppress(OSError):
+            click.echo(f"simulate: stopped by {signal.Signals(exc.signum).name} in run"
+                       f" {seen[0] + 1}/{runs} (seed {seed}); no summary{kept}",
+                       err=True)  # fmt: skip
+        stop_said()
+        sys.exit(128 + exc.signum)
     if as_json:
         click.echo(json.dumps(summary.as_json(), indent=2))
     else:

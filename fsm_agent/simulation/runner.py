@@ -12,15 +12,19 @@ journal, the same virtual clock going on), as `fsm-agent resume` would after a k
 from __future__ import annotations
 
 import random
+import signal
 from collections.abc import Callable
 from typing import Literal
 
 import attrs
 
-from fsm_agent.declaration.spec import MachineSpec
+from fsm_agent.declaration.spec import ACTION_OUTCOMES, MachineSpec
+from fsm_agent.errors import Interrupted
+from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import Store
 from fsm_agent.run_ids import RunNotFound
 from fsm_agent.runtime.budgets import make_budgets
+from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.tools import ToolRegistry
 from fsm_agent.runtime.worker import resume_run, run
 from fsm_agent.simulation.clock import VirtualClock
@@ -74,6 +78,11 @@ class Simulator:
         #: of the module, as the widest `--allow` an operator could give (`check` alike)
         self.allow = None if spec.tools is not None else self.tools.names()
         self.budgets = make_budgets(spec.budgets)
+        #: the states whose action is a user action: entering one takes virtual time
+        self.waits = frozenset(
+            st.name for st in spec.states
+            if st.action is not None and st.action not in ACTION_OUTCOMES
+        )  # fmt: skip
         #: the writes a drawn crash may land on: 1 .. this (a run commits once or twice a
         #: step, so most drawn crashes land inside the run)
         self.crash_span = 2 * self.budgets.max_steps
@@ -85,13 +94,14 @@ class Simulator:
         runtime raises out of a run or a resume (instead of halting it) is a `named_halt`
         violation, not the end of the simulation."""
         clock = VirtualClock()
-        world = self.stage.world = World(tape, clock, self.budgets.tool_timeout_ms)
+        world = World(tape, clock, self.budgets.tool_timeout_ms, self.waits)
+        self.stage.world = world
         crash_at = self._crash_point(tape)
         view = SimStore(self.journal, clock, crash_at)
         try:
-            problems = self._start(run_id, view, clock)
+            problems = self._start(run_id, view, world)
             if view.dead and view.writes > 1:  # its first write landed: there is a run
-                problems += self._resume(run_id, clock)
+                problems += self._resume(run_id, world)
         finally:
             self.stage.world = None
             self.last_ledger = tuple(world.ledger)
@@ -114,30 +124,36 @@ class Simulator:
             return point or None
         return self.crash
 
-    def _start(self, run_id: str, view: SimStore, clock: VirtualClock) -> list[Violation]:
+    def _start(self, run_id: str, view: SimStore, world: World) -> list[Violation]:
         """The run, in a process that may die at a journal write."""
         store = view.as_store()
         return _raised("run", lambda: run(
             self.spec, task=TASK, model=self.model, tools=self.tools, store=store,
-            clock=clock, handle_signals=False, run_id=run_id, allow=self.allow))  # fmt: skip
+            clock=world.clock, on_transition=world.entered, handle_signals=False,
+            run_id=run_id, allow=self.allow))  # fmt: skip
 
-    def _resume(self, run_id: str, clock: VirtualClock) -> list[Violation]:
+    def _resume(self, run_id: str, world: World) -> list[Violation]:
         """A fresh process resumes the run that died."""
-        store = SimStore(self.journal, clock).as_store()
+        store = SimStore(self.journal, world.clock).as_store()
         return _raised("resume", lambda: resume_run(
-            run_id, model=self.model, tools=self.tools, store=store, clock=clock,
-            handle_signals=False))  # fmt: skip
+            run_id, model=self.model, tools=self.tools, store=store, clock=world.clock,
+            on_transition=world.entered, handle_signals=False))  # fmt: skip
 
 
 def _raised(what: str, drive: Callable[[], object]) -> list[Violation]:
     """Drive a run (or a resume) to its end: nothing, a simulated crash (the process is
-    gone), or else the violation of whatever it raised instead of halting."""
+    gone), or else the violation of whatever it raised instead of halting. A run a real
+    signal halted (`interrupted`: the simulated world sends none) stops the simulation:
+    `Interrupted` goes on to the caller, as it would from any other command."""
     try:
-        drive()
+        record = drive()
     except SimulatedCrash:
         pass
     except Exception as exc:
         return [Violation("named_halt", f"the {what} raised {type(exc).__name__}: {exc}")]
+    else:
+        if isinstance(record, HaltRecord) and record.halt_reason is HaltReason.INTERRUPTED:
+            raise Interrupted(record.signal or signal.SIGTERM)
     return []
 
 

@@ -13,6 +13,12 @@ also takes a drawn time (0 to 950 ms) and costs a drawn amount ($0 to $0.20), so
 clock and cost budgets trip too. Draw 0 of each
 choice is the plain path (a valid call, a 200 with the goal), so a shrunk tape is simple.
 
+A user action (`package.module:function`) is the user's own code and is called for real,
+but it waits on the world (a webhook, a queue, a person): entering its state takes a drawn
+time on the virtual clock (10 to 100 ms, never 0), as a live run's wait takes real time. So
+a loop through user actions that no model call or counted retry ends is ended by the wall
+clock, as it would be live, instead of running on forever at no time.
+
 The tools' own functions are never called: a simulated tool has the real one's name,
 signature and declarations (side effect, idempotent, privileged, lane), and its result is
 drawn. Its isolation is "inline" (a draw cannot block, and no thread or child is spent on
@@ -33,6 +39,7 @@ from typing import Any
 import attrs
 
 from fsm_agent.adapters.models import ModelCallFailed, ModelReply, Prompt
+from fsm_agent.journal.store import Event
 from fsm_agent.runtime.lanes import LOCAL, Lane
 from fsm_agent.runtime.receipts import Receipt
 from fsm_agent.runtime.tool_schema import argument_schema
@@ -68,7 +75,8 @@ RESULTS = (
     ("exception", 2),
     ("hang", 4),
 )
-#: A model call's latency is 50 ms times a draw below this; a tool call's 10 ms times one.
+#: A model call's latency is 50 ms times a draw below this; a tool call's 10 ms times one;
+#: a user action's wait 10 ms times one more than a draw below `TOOL_LATENCY_STEPS`.
 MODEL_LATENCY_STEPS = 20
 TOOL_LATENCY_STEPS = 10
 #: A model call's cost is this many dollars times a draw below `COST_STEPS` (the canonical
@@ -85,8 +93,16 @@ class World:
     tape: Tape
     clock: VirtualClock
     tool_timeout_ms: int
+    #: the states whose action is a user action (their waits take virtual time)
+    waits: frozenset[str] = frozenset()
     returned: list[str] = attrs.field(factory=list)
     ledger: list[tuple[str, str]] = attrs.field(factory=list)
+
+    def entered(self, event: Event) -> None:
+        """A transition was journaled: entering a user action's state, the wait its action
+        will take passes on the clock (at least 10 ms: a wait is never instant)."""
+        if event.dest in self.waits:
+            self.clock.advance(10 * (1 + self.tape.choose(TOOL_LATENCY_STEPS)))
 
     def reply(self, prompt: Prompt) -> ModelReply:
         """The model's reply to one prompt and what it cost (see the module docstring)."""
