@@ -72,7 +72,9 @@ def test_export_of_a_tampered_run_writes_the_file_and_says_so(tmp_path: Path) ->
 def test_the_report_header_says_the_chain_does_not_verify(tmp_path: Path) -> None:
     run_id, db = tampered(tmp_path)
     report = tmp_path / "r.html"
-    assert invoke("report", run_id, "--db", db, "-o", str(report)).exit_code == 0
+    result = invoke("report", run_id, "--db", db, "-o", str(report))
+    assert result.exit_code == 1, result.output  # written, and the exit code says it fails
+    assert "note: " in result.output and f"NOT proven: {BAD}" in result.output
     html = report.read_text(encoding="utf-8")
     header = html.split("</header>")[0]
     assert "chain DOES NOT VERIFY at seq 2 (edited)" in header

@@ -62,9 +62,16 @@ def _load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainRepor
         return store.get_run(run_id), store.events(run_id), verify_run(store, run_id)
 
 
+#: Exit code of a replay (or a report) that re-decided nothing: the machine's own modules
+#: (a user guard) do not import here.
+EXIT_NOT_REPLAYED = 3
+
+
 def _exit_code(report: ReplayReport) -> int:
     """0: the halt is proven (or a counterfactual reached a halt); 1: it diverged or needs
-    facts the journal does not hold."""
+    facts the journal does not hold; 3: replay could not run here (`EXIT_NOT_REPLAYED`)."""
+    if report.not_run is not None:
+        return EXIT_NOT_REPLAYED
     if report.ok:
         return 0
     last = report.steps[-1] if report.steps else None
@@ -230,7 +237,7 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
             )
         if run.machine_sha256 != spec.sha256:
             # Draw what actually ran: the declaration recorded with the run.
-            spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
+            spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}", resolve=False)
         path = run_path(spec, run.run_id, events)
     try:
         text = export_diagram(spec, fmt, path)
@@ -252,17 +259,38 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
 def report_(source: str, output: str, db: str, as_json: bool) -> None:
     """Write one self-contained HTML incident report for a run (id or run file): the halt
     record, the machine with the run's path, the replay verdict and every transition."""
-    from fsm_agent.review.report import incident_report, write_report
+    from fsm_agent.review.report import report_page, report_sections, write_report
 
     refuse_overlaps(db, {"--output": output}, {"SOURCE": source})
     run, events, chain = _load_checked(source, db)
     try:
-        page = incident_report(run, events, chain)
+        parts = report_sections(run, events, chain)
     except GraphvizMissing as exc:
         raise InvalidInputError(f"the report draws the run's path as SVG: {exc}") from exc
-    write_report(page, output)
-    data = {"run_id": run.run_id, "output": output}
+    write_report(report_page(parts), output)
+    verdict = parts.verdict
+    assert verdict is not None  # noqa: S101 - report_sections always sets it
+    data = {"run_id": run.run_id, "output": output, "replay": verdict.summary,
+            "chain_ok": chain.ok}  # fmt: skip
     say_result(as_json, data, f"wrote incident report of run {run.run_id} to {output}")
+    code = _report_exit_code(verdict, chain)
+    if code and not as_json:
+        click.echo(f"note: {verdict.summary}", err=True)
+    if code:
+        sys.exit(code)
+
+
+def _report_exit_code(verdict: ReplayReport, chain: ChainReport) -> int:
+    """A report is written whatever it finds; its exit code says what verifies: 1 the
+    chain fails or the recorded halt is not proven, 3 replay could not run here, else 0
+    (a run with no halt yet has none to prove)."""
+    if not chain.ok and chain.findings:
+        return 1
+    if verdict.not_run is not None:
+        return EXIT_NOT_REPLAYED
+    if verdict.recorded_halt is not None and not verdict.ok:
+        return 1
+    return 0
 
 
 @cli.command()

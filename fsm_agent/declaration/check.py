@@ -17,7 +17,7 @@ from fsm_agent.declaration.documents import (
     field_names,
     structural_problem,
 )
-from fsm_agent.declaration.refs import BadReference, Search, resolve_callable
+from fsm_agent.declaration.refs import BadReference, Search, check_form, resolve_callable
 from fsm_agent.declaration.spec import (
     ACTION_OUTCOMES,
     BUDGET_TRIGGER,
@@ -32,7 +32,7 @@ from fsm_agent.errors import BudgetError
 from fsm_agent.halt import BUDGET_EXHAUSTED, TERMINAL_STATE, TERMINAL_STATES, HaltReason
 from fsm_agent.runtime.budgets import BUDGET_NAMES, MAX_BUDGET, check_budget
 from fsm_agent.runtime.effects import RECEIPTS_GUARD
-from fsm_agent.runtime.guards import UnknownGuard, resolve_guard
+from fsm_agent.runtime.guards import UnknownGuard, guard_form, resolve_guard
 
 _TOP_KEYS = field_names(MachineDocument)
 _STATE_KEYS = field_names(StateDocument)
@@ -77,10 +77,15 @@ _CONTROL = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Cn"})
 class Validator:
     """Builds a `MachineSpec` from loaded YAML, refusing the first thing that is wrong."""
 
-    def __init__(self, data: Any, lines: LineIndex, search: Search = ()) -> None:
+    def __init__(
+        self, data: Any, lines: LineIndex, search: Search = (), resolve: bool = True
+    ) -> None:
         self.data = data
         #: where the declaration's `module:function` references are looked for after sys.path
         self.search = search
+        #: False: `module:function` references are checked for their form only, nothing is
+        #: imported (a journaled declaration read for review, away from the author's code)
+        self.resolve = resolve
         self.err = lines.error
         self.source = lines.source
 
@@ -243,7 +248,7 @@ class Validator:
                 path,
             )
         try:
-            resolve_callable(action, self.search)
+            resolve_callable(action, self.search) if self.resolve else check_form(action)
         except BadReference as exc:
             raise self.err(f"action {action!r}: {exc}", path) from None
 
@@ -315,7 +320,7 @@ class Validator:
             raise self.err("guards must be a list of guard names", f"{path}.guards")
         for j, ref in enumerate(raw):
             try:
-                resolve_guard(ref, self.search)
+                resolve_guard(ref, self.search) if self.resolve else guard_form(ref)
             except UnknownGuard as exc:
                 raise self.err(str(exc), f"{path}.guards[{j}]") from None
         return tuple(raw)

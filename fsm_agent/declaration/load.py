@@ -61,12 +61,19 @@ def load_machine(ref: str) -> MachineSpec:
 
 
 def parse_machine(
-    text: str, *, source: str, home: str | os.PathLike[str] | None = None
+    text: str,
+    *,
+    source: str,
+    home: str | os.PathLike[str] | None = None,
+    resolve: bool = True,
 ) -> MachineSpec:
     """Validate a declaration given as YAML text; `source` names it in errors. Its
     `package.module:function` references are looked for on sys.path, then in `home` (the
     directory of the declaration's file, when it has one), then in the working directory
-    (see `fsm_agent.declaration.refs`).
+    (see `fsm_agent.declaration.refs`). With `resolve=False` they are checked for their
+    form only and nothing is imported: a journaled declaration read for review (its
+    diagram, its timeline) needs none of the author's code; only running it, or re-deciding
+    it (`replay`), does.
 
     A valid declaration is parsed once per process (pure-Python YAML costs ~75 ms for the
     agent loop): every later call with the same text gets that spec, with its own `source`
@@ -76,25 +83,27 @@ def parse_machine(
 
     mine = () if home is None else (Path(os.path.abspath(home)),)
     search = (*mine, *working_directory())
-    spec = _VALID.get((text, search))
+    key = (text, search, resolve)
+    spec = _VALID.get(key)
     if spec is None:
-        spec = _parse(text, source, search)
+        spec = _parse(text, source, search, resolve)
         if len(_VALID) >= _VALID_MAX:
             _VALID.pop(next(iter(_VALID)))
-        _VALID[(text, search)] = spec
+        _VALID[key] = spec
     return spec if spec.source == source else attrs.evolve(spec, source=source)
 
 
-#: Valid declarations by (text, search path), as first parsed: the same text given another
-#: source is the same spec with that source (threads racing here only parse a text twice).
-_VALID: dict[tuple[str, tuple[Path, ...]], MachineSpec] = {}
+#: Valid declarations by (text, search path, resolved), as first parsed: the same text given
+#: another source is the same spec with that source (threads racing here only parse a text
+#: twice).
+_VALID: dict[tuple[str, tuple[Path, ...], bool], MachineSpec] = {}
 _VALID_MAX = 64
 
 
-def _parse(text: str, source: str, search: tuple[Path, ...]) -> MachineSpec:
+def _parse(text: str, source: str, search: tuple[Path, ...], resolve: bool) -> MachineSpec:
     # YAML and the checks are imported only when a machine loads.
     from fsm_agent.declaration.check import Validator
     from fsm_agent.declaration.yamlsource import LineIndex, load_yaml
 
     data = load_yaml(text, source=source)
-    return Validator(data, LineIndex(text, source), search).build(text)
+    return Validator(data, LineIndex(text, source), search, resolve).build(text)

@@ -69,6 +69,15 @@ def import_module(name: str, search: Search = ()) -> ModuleType:
         raise BadReference(f"importing module {name!r} raised {type(exc).__name__}: {exc}") from exc
 
 
+def check_form(ref: str) -> None:
+    """Refuse a reference not of the form `package.module:attribute` (names only, nothing
+    imported: how a journaled declaration is read for review, without the author's code)."""
+    module_name, sep, attr = ref.partition(":")
+    names = module_name.split(".")
+    if not sep or not attr.isidentifier() or not all(p.isidentifier() for p in names):
+        raise BadReference(f"{ref!r} is not of the form package.module:function")
+
+
 def resolve_callable(ref: str, search: Search = ()) -> Callable[..., Any]:
     """The callable named by `package.module:attribute` (`search`: see `import_module`)."""
     module_name, sep, attr = ref.partition(":")

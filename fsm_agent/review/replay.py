@@ -24,7 +24,7 @@ import attrs
 from fsm_agent.declaration.load import parse_machine
 from fsm_agent.declaration.machine import compile_machine
 from fsm_agent.declaration.spec import MachineSpec
-from fsm_agent.errors import InvalidInputError
+from fsm_agent.errors import InvalidInputError, MachineSpecError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.chain import ChainReport
 from fsm_agent.journal.store import Event, RunRow
@@ -59,6 +59,9 @@ class ReplayReport:
     summary: str
     #: the success rules the run was recorded, and so re-decided, under (see SUCCESS_RULES)
     rules: int = SUCCESS_RULES
+    #: why nothing was re-decided: the machine's own modules (a user guard) do not import
+    #: here (None: replay ran). Everything else a review shows needs only the journal.
+    not_run: str | None = None
 
 
 def replay_events(
@@ -73,7 +76,14 @@ def replay_events(
     `machine` (another declaration: its guards, edges, thrash limit and allow-list) or
     `budgets` (overrides) make it a counterfactual.
     """
-    spec = machine or parse_machine(run.machine_text, source=f"journal:{run.run_id}")
+    rules = events[0].snapshot.rules if events else SUCCESS_RULES
+    source = f"journal:{run.run_id}"
+    try:  # re-deciding needs the user guards: the one import a review makes
+        recorded = parse_machine(run.machine_text, source=source)
+    except MachineSpecError as exc:
+        shell = parse_machine(run.machine_text, source=source, resolve=False)
+        return _not_run(run, machine or shell, machine is not None, rules, str(exc))
+    spec = machine or recorded
     overrides: dict[str, Any] = {}
     if budgets and any(v is not None for v in budgets.values()):
         overrides["budgets"] = make_budgets(attrs.asdict(run.budgets), budgets)
@@ -81,12 +91,26 @@ def replay_events(
         overrides["thrash_limit"] = machine.thrash_limit
         if machine.tools is not None:
             overrides["allowlist"] = machine.tools
-    recorded = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
     r = Replayer(compile_machine(spec), overrides, recorded)
     counterfactual = r.counterfactual or machine is not None
     steps = _redecide_all(r, events, counterfactual)
-    rules = events[0].snapshot.rules if events else SUCCESS_RULES
     return _conclude(run, spec, steps, counterfactual, rules)
+
+
+def _not_run(
+    run: RunRow, spec: MachineSpec, counterfactual: bool, rules: int, why: str
+) -> ReplayReport:
+    """The report of a replay that could not re-decide anything: it says why, proves
+    nothing, and leaves the rest of the review to the journal."""
+    summary = (
+        f"replay not run: {why}; re-deciding needs the machine's own modules (run it where"
+        " they import, or with them on PYTHONPATH); everything else shown is from the journal"
+    )
+    return ReplayReport(
+        run_id=run.run_id, machine=spec.name, machine_sha256=spec.sha256,
+        counterfactual=counterfactual, steps=(), recorded_halt=run.halt_reason,
+        recomputed_halt=None, ok=False, summary=summary, rules=rules, not_run=why,
+    )  # fmt: skip
 
 
 def _redecide_all(r: Replayer, events: Sequence[Event], counterfactual: bool) -> list[StepReport]:

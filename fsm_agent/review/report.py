@@ -127,6 +127,8 @@ def _diagram_section(spec: MachineSpec, run: RunRow, events: Sequence[Event]) ->
 
 def _verdict(report: ReplayReport) -> tuple[str, bool]:
     """Proven: replay re-made every decision and reached the recorded halt."""
+    if report.not_run is not None:  # the machine's own modules do not import here
+        return "not run", False
     if report.recorded_halt is None:  # a live or killed run: nothing to prove yet
         return "has no halt to prove", False
     return ("proven from the journal", True) if report.ok else ("NOT proven", False)
@@ -182,6 +184,8 @@ class ReportSections:
     diagram: str
     replay: str
     timeline: str
+    #: the replay the parts show (its verdict decides a report's exit code)
+    verdict: ReplayReport | None = attrs.field(default=None, eq=False, repr=False)
 
     def body(self) -> str:
         """Every part in the report's order."""
@@ -193,7 +197,7 @@ def report_sections(
     run: RunRow, events: Sequence[Event], chain: ChainReport | None = None
 ) -> ReportSections:
     """The report's parts for one run (raises as `incident_report` does)."""
-    spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}")
+    spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}", resolve=False)
     report = with_chain(replay_events(run, events), chain)
     reason = run.halt_reason.value if run.halt_reason else run.status
     return ReportSections(
@@ -204,6 +208,7 @@ def report_sections(
         diagram=_diagram_section(spec, run, events),
         replay=_replay_section(report),
         timeline=timeline_section(spec, events, report),
+        verdict=report,
     )
 
 
@@ -213,7 +218,11 @@ def incident_report(run: RunRow, events: Sequence[Event], chain: ChainReport | N
     Raises `diagram.GraphvizMissing` when no SVG renderer is installed, and `FsmAgentError`
     when the journaled declaration no longer loads or the renderer's SVG is refused.
     """
-    parts = report_sections(run, events, chain)
+    return report_page(report_sections(run, events, chain))
+
+
+def report_page(parts: ReportSections) -> str:
+    """The report's parts as one HTML document."""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'

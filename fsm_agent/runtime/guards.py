@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final
 
-from fsm_agent.declaration.refs import BadReference, Search, resolve_callable
+from fsm_agent.declaration.refs import BadReference, Search, check_form, resolve_callable
 from fsm_agent.runtime.budgets import tripped_meter
 from fsm_agent.runtime.grounding import ground, grounded_v1
 from fsm_agent.runtime.lanes import halt_lane_refusal
@@ -157,6 +157,21 @@ def _negate(name: str, guard: Guard) -> Guard:
 
     negated.__name__ = f"not {name}"
     return negated
+
+
+def guard_form(ref: str) -> None:
+    """Refuse what `resolve_guard` would, importing nothing: a user guard is checked for
+    its `package.module:function` form only (see `refs.check_form`)."""
+    ref = ref.strip()
+    if ref.startswith("not "):
+        guard_form(ref[4:].strip())
+    elif ":" in ref:
+        try:
+            check_form(ref)
+        except BadReference as exc:
+            raise UnknownGuard(f"guard {ref!r}: {exc}") from exc
+    else:
+        resolve_guard(ref)
 
 
 def resolve_guard(ref: str, search: Search = ()) -> Guard:
