@@ -53,9 +53,10 @@ def chromium_path() -> str:
     return found
 
 
-def launch_chromium() -> Iterator[Browser]:
+def launch_chromium(extra_args: tuple[str, ...] = ()) -> Iterator[Browser]:
     """Headless chromium for a fixture, closed after it; skips when chromium or Playwright is
-    missing (Playwright is in the test extra where it has wheels)."""
+    missing (Playwright is in the test extra where it has wheels). `extra_args`: more
+    chromium flags (`--host-resolver-rules=…` for a test of DNS rebinding)."""
     executable = chromium_path()
     try:
         from playwright.sync_api import sync_playwright
@@ -63,7 +64,7 @@ def launch_chromium() -> Iterator[Browser]:
         missing("the playwright package is missing: pip install -e '.[test]'")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=executable, args=list(CHROMIUM_ARGS), timeout=TIMEOUT_MS
+            executable_path=executable, args=[*CHROMIUM_ARGS, *extra_args], timeout=TIMEOUT_MS
         )
         try:
             yield browser
