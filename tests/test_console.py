@@ -14,7 +14,6 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from fsm_agent.cli.console import _hosts, is_loopback
 from fsm_agent.cli.main import cli
 from fsm_agent.console.app import CSP
 from fsm_agent.console.queries import RunFilters, run_page
@@ -208,14 +207,6 @@ def test_the_command_names_the_extra_when_the_server_is_missing(journal: Path) -
     assert "pip install 'fsm-agent[console]'" in done.stderr
 
 
-def test_only_loopback_is_loopback() -> None:
-    assert all(is_loopback(h) for h in ("127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"))
-    anywhere = "0.0.0.0"  # noqa: S104 - a value checked, nothing binds it
-    assert not any(is_loopback(h) for h in (anywhere, "192.168.1.4", "example.com", "::"))
-    assert _hosts("127.0.0.1") == ("127.0.0.1", "localhost", "::1")
-    assert _hosts(anywhere) == ("*",)
-
-
 def test_the_benchmark_journal_pages_every_filter(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -248,13 +239,15 @@ def test_the_benchmark_journal_pages_every_filter(
 def test_a_host_that_is_not_loopback_is_warned_about_loudly(journal: Path) -> None:
     anywhere = "0.0.0.0"  # noqa: S104 - the warning's case; the process ends at once
     cmd = [sys.executable, "-m", "fsm_agent", "console", "--db", str(journal),
-           "--host", anywhere, "--port", "0"]  # fmt: skip
+           "--host", anywhere, "--allowed-host", "console.test", "--port", "0"]  # fmt: skip
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
-        assert process.stdout.readline().startswith("fsm-agent console (read-only) on http://")
+        line = process.stdout.readline()
+        assert line.startswith("fsm-agent console (read-only) on http://console.test:")
     finally:
         process.terminate()
         _, err = process.communicate(timeout=15)
     assert "WARNING: listening on 0.0.0.0, not loopback" in err
     assert "reads every task, reply and tool result" in err
+    assert "It answers only Host console.test, 127.0.0.1, localhost, [::1]." in err
