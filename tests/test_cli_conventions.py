@@ -243,9 +243,12 @@ def test_json_shapes_of_the_commands_that_had_none(journal: str, tmp_path: Path)
     }  # fmt: skip
     imported = as_json("import", str(tmp_path / "x.json"), "--db", str(tmp_path / "k.db"))
     assert imported["run_id"] == IDS[2]
-    assert as_json("report", "77", "-o", str(tmp_path / "r.html"), *db) == {
-        "run_id": IDS[2], "output": str(tmp_path / "r.html")
+    report = as_json("report", "77", "-o", str(tmp_path / "r.html"), *db)
+    assert report == {
+        "run_id": IDS[2], "output": str(tmp_path / "r.html"), "chain_ok": True,
+        "replay": report["replay"],
     }  # fmt: skip
+    assert report["replay"].startswith("replay matches:")
     assert as_json("migrate", *db) == {"journal": journal, "up_to_date": True}
     assert as_json("freeze-routing", "--why", "t", *db)["routing"] == "frozen"
     assert as_json("unfreeze-routing", "--why", "t", *db)["routing"] == "unfrozen"

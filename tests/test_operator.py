@@ -86,7 +86,7 @@ def test_raise_budget_on_a_live_run_in_another_process(tmp_path: Path) -> None:
     assert lines[-1].startswith("step 5/5  drafting → budget_exhausted  [budget]")
     assert not any("/3" in line for line in lines if line.startswith(("step 4", "step 5")))
     listed = CliRunner().invoke(cli, ["runs", "--db", str(db)]).output.splitlines()
-    assert listed[0].split() == ["RUN", "MACHINE", "HALT", "STEPS", "STARTED"]
+    assert listed[0].split() == ["RUN", "MACHINE", "HALT", "STEPS", "STARTED", "TASK"]
     assert listed[1].split()[:4] == ["raise-run", "agent_loop", "max_steps", "5/5"]
     assert "halted: max_steps (budget_exhausted) after 5/5 steps" in shown.output
     halted = CliRunner().invoke(cli, ["raise-budget", "raise-run", "--max-steps", "9",

@@ -68,19 +68,24 @@ def test_the_reviewer_has_everything_but_the_replay(journaled: tuple[Path, Path,
     _, here, run_id = journaled
     shown = cli(here, "show", run_id, "--db", "j.db")
     assert shown.returncode == 0, shown.stderr
-    assert "max_steps" in shown.stdout and "chain: ok" in shown.stdout
+    assert "max_steps" in shown.stdout
+    assert "chain: ok" in shown.stdout
 
     replay = cli(here, "replay", run_id, "--db", "j.db")
     assert replay.returncode == 3, replay.stderr
-    assert NOT_RUN in replay.stdout and MISSING in replay.stdout
+    assert NOT_RUN in replay.stdout
+    assert MISSING in replay.stdout
     assert GUARD in replay.stdout  # which reference, and where in the declaration
     assert "Traceback" not in replay.stderr
 
     report = cli(here, "report", run_id, "--db", "j.db", "-o", "r.html")
     assert report.returncode == 3, report.stderr
     page = html.unescape((here / "r.html").read_text(encoding="utf-8"))
-    assert "replay: not run" in page and MISSING in page
-    assert 'id="timeline"' in page and "<svg" in page and 'id="usage"' in page
+    assert "replay: not run" in page
+    assert MISSING in page
+    assert 'id="timeline"' in page
+    assert "<svg" in page
+    assert 'id="usage"' in page
     assert page.count("<tr") > 20  # every transition is on the timeline
 
     exported = cli(here, "export", run_id, "--db", "j.db", "-o", "run.json")
@@ -104,7 +109,8 @@ def test_the_console_draws_the_run_and_says_why_there_is_no_replay(
     with console(here / "j.db") as c:
         page = html.unescape(httpx.get(f"{c.url}/runs/{run_id}", timeout=30).text)
     assert "the report cannot be drawn" not in page
-    assert "replay: not run" in page and "refund_guards" in page
+    assert "replay: not run" in page
+    assert "refund_guards" in page
     assert 'id="timeline"' in page
 
 

@@ -180,6 +180,8 @@ def show(run_id: str, db: str, as_json: bool) -> None:
         return
     click.echo(f"run {row.run_id}  machine {row.machine}  ({row.machine_sha256[:12]})")
     click.echo(f"task: {row.task}")
+    if not chain.ok:  # the row and its record may be edited: never shown as fact
+        click.echo(f"UNVERIFIED: the lines below are the run's row as stored; {chain.verdict()}")
     if row.record is None:
         from fsm_agent.runtime.resume import shown_status
 

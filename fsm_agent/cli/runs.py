@@ -22,7 +22,7 @@ from fsm_agent.cli.options import (
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import RunRow, Store
 
-RUNS_HEADER = ("RUN", "MACHINE", "HALT", "STEPS", "STARTED")
+RUNS_HEADER = ("RUN", "MACHINE", "HALT", "STEPS", "STARTED", "TASK")
 #: What `runs --status` selects: the journal's statuses, with `running` split by whether the
 #: run's process is still there (`interrupted`: it is gone; resume the run).
 RUN_STATUSES = ("running", "interrupted", "paused", "halted")
@@ -86,12 +86,19 @@ def runs(
     if low is not None and high is not None and low > high:
         raise InputProblem(f"--since {since} is after --until {until}: no run can match")
     wanted = None if halt_reason is None else HaltReason(halt_reason)
+    from fsm_agent.review.truth import LEGEND, shown_halt, truths
+
     with read_journal(db) as store:
         rows = _listed_runs(
             store, limit, status, machine=machine, halt_reason=wanted, since=low, until=high
         )
+        verified = truths(store, [r.run_id for r in rows])
     if as_json:
-        click.echo(json.dumps([run_dict(r) for r in rows], indent=2))
+        listed = [
+            run_dict(r) | {"verified": verified[r.run_id].ok, "unverified": verified[r.run_id].why}
+            for r in rows
+        ]
+        click.echo(json.dumps(listed, indent=2))
         return
     filtered = any(v is not None for v in (machine, halt_reason, status, since, until))
     if not rows and filtered:
@@ -104,14 +111,27 @@ def runs(
 
     table = []
     for r in rows:
-        reason = r.halt_reason.value if r.halt_reason else f"({shown_status(r)})"
+        reason = shown_halt(r, verified[r.run_id], shown_status(r))
         cap = r.record.max_steps if r.record is not None else r.budgets.max_steps  # raised?
-        table.append((r.run_id, r.machine, reason, f"{r.steps_used}/{cap}", r.started_at))
-    widths = [max(len(row[i]) for row in [RUNS_HEADER, *table]) for i in range(4)]
-    widths[2] = max(widths[2], max(len(h.value) for h in HaltReason))  # every reason fits
+        task = _one_line(r.task)
+        table.append((r.run_id, r.machine, reason, f"{r.steps_used}/{cap}", r.started_at, task))
+    widths = [max(len(row[i]) for row in [RUNS_HEADER, *table]) for i in range(5)]
+    widths[2] = max(widths[2], 1 + max(len(h.value) for h in HaltReason))  # every reason fits
     for row in [RUNS_HEADER, *table]:
-        rid, machine, reason, steps, started = row
+        rid, machine, reason, steps, started, task = row
         click.echo(
             f"{rid:<{widths[0]}}  {machine:<{widths[1]}}  {reason:<{widths[2]}}"
-            f"  {steps:>{widths[3]}}  {started}"
+            f"  {steps:>{widths[3]}}  {started:<{widths[4]}}  {task}"
         )
+    if any(not verified[r.run_id].ok for r in rows):
+        click.echo(f"\n{LEGEND}")
+
+
+#: How much of a task `runs` shows (one line; `show` has it whole).
+TASK_CHARS = 48
+
+
+def _one_line(task: str) -> str:
+    """A task on one line, cut to `TASK_CHARS` (control characters shown as spaces)."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in task).split())
+    return flat if len(flat) <= TASK_CHARS else flat[: TASK_CHARS - 1] + "…"

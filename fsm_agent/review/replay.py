@@ -82,7 +82,10 @@ def replay_events(
         recorded = parse_machine(run.machine_text, source=source)
     except MachineSpecError as exc:
         shell = parse_machine(run.machine_text, source=source, resolve=False)
-        return _not_run(run, machine or shell, machine is not None, rules, str(exc))
+        why = str(exc)
+        return _not_run(
+            run, journaled_halt(events), machine or shell, machine is not None, rules, why
+        )
     spec = machine or recorded
     overrides: dict[str, Any] = {}
     if budgets and any(v is not None for v in budgets.values()):
@@ -94,11 +97,16 @@ def replay_events(
     r = Replayer(compile_machine(spec), overrides, recorded)
     counterfactual = r.counterfactual or machine is not None
     steps = _redecide_all(r, events, counterfactual)
-    return _conclude(run, spec, steps, counterfactual, rules)
+    return _conclude(run, events, spec, steps, counterfactual, rules)
 
 
 def _not_run(
-    run: RunRow, spec: MachineSpec, counterfactual: bool, rules: int, why: str
+    run: RunRow,
+    recorded: HaltReason | None,
+    spec: MachineSpec,
+    counterfactual: bool,
+    rules: int,
+    why: str,
 ) -> ReplayReport:
     """The report of a replay that could not re-decide anything: it says why, proves
     nothing, and leaves the rest of the review to the journal."""
@@ -108,7 +116,7 @@ def _not_run(
     )
     return ReplayReport(
         run_id=run.run_id, machine=spec.name, machine_sha256=spec.sha256,
-        counterfactual=counterfactual, steps=(), recorded_halt=run.halt_reason,
+        counterfactual=counterfactual, steps=(), recorded_halt=recorded,
         recomputed_halt=None, ok=False, summary=summary, rules=rules, not_run=why,
     )  # fmt: skip
 
@@ -135,18 +143,31 @@ def _redecide_all(r: Replayer, events: Sequence[Event], counterfactual: bool) ->
 
 
 def _conclude(
-    run: RunRow, spec: MachineSpec, steps: list[StepReport], counterfactual: bool, rules: int
+    run: RunRow,
+    events: Sequence[Event],
+    spec: MachineSpec,
+    steps: list[StepReport],
+    counterfactual: bool,
+    rules: int,
 ) -> ReplayReport:
     last = steps[-1] if steps else None
-    recorded = run.halt_reason
+    recorded = journaled_halt(events)  # the chained events', never the editable row's
     recomputed = last.recomputed_halt if last is not None else None
     ok = (
         last is not None
         and last.verdict in ("match", "external")
         and recorded is not None
         and recomputed == recorded
+        and run.halt_reason == recorded
     )
-    summary = _summary(run, last, len(steps), ok)
+    summary = _summary(recorded, run.status, last, len(steps), ok)
+    if run.halt_reason != recorded:
+        row = run.halt_reason.value if run.halt_reason else f"no halt ({run.status})"
+        journaled = recorded.value if recorded else "no halt"
+        summary += (
+            f"; the run's row says {row} but its journaled events say {journaled}: the row"
+            " disagrees with the journal"
+        )
     if rules < SUCCESS_RULES:
         summary += (
             f" under success rules {rules}, the rules it was recorded with"
@@ -159,12 +180,19 @@ def _conclude(
     )  # fmt: skip
 
 
-def _summary(run: RunRow, last: StepReport | None, n: int, ok: bool) -> str:
+def journaled_halt(events: Sequence[Event]) -> HaltReason | None:
+    """The halt the run's journaled events end with (None: they end in no halt)."""
+    return events[-1].halt if events else None
+
+
+def _summary(
+    recorded: HaltReason | None, status: str, last: StepReport | None, n: int, ok: bool
+) -> str:
     if last is None:
         return "the journal holds no events for this run"
     where = f"seq {last.seq} (step {last.step}/{last.max_steps}, {last.source} → {last.dest})"
     if ok:
-        return f"replay matches: {n} transitions re-decided, halt {run.halt_reason} proven"
+        return f"replay matches: {n} transitions re-decided, halt {recorded} proven"
     if last.verdict == "halted_earlier":
         return f"would have halted {last.recomputed_halt} at {where}: {last.detail}"
     if last.verdict == "diverged":
@@ -175,9 +203,9 @@ def _summary(run: RunRow, last: StepReport | None, n: int, ok: bool) -> str:
             f" would go on past the recorded halt, and step {last.step + 1}'s model reply"
             " was never recorded"
         )
-    if run.halt_reason is None:
-        return f"every recorded decision matches, but the run never halted (status {run.status})"
-    return f"every decision matches, but the recorded halt {run.halt_reason} was not reached"
+    if recorded is None:
+        return f"every recorded decision matches, but the run never halted (status {status})"
+    return f"every decision matches, but the journaled halt {recorded} was not reached"
 
 
 def with_chain(report: ReplayReport, chain: ChainReport | None) -> ReplayReport:

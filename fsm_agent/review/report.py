@@ -37,6 +37,7 @@ from fsm_agent.review.report_html import (
 )
 from fsm_agent.review.report_timeline import timeline_section
 from fsm_agent.review.report_usage import usage_section
+from fsm_agent.review.truth import Truth, headline_halt
 from fsm_agent.review.view import format_step
 from fsm_agent.runtime.budgets import dollars
 from fsm_agent.runtime.record import HaltRecord, atomic_write_text
@@ -101,13 +102,18 @@ def _tool_calls(rec: HaltRecord) -> str:
     return f"<h3>Tool calls</h3><ul>{items}</ul>" if items else ""
 
 
-def _halt_section(run: RunRow) -> str:
+def _halt_section(run: RunRow, truth: Truth) -> str:
     rec = run.record
+    warn = (
+        ""
+        if truth.ok
+        else (f"<p>{badge(f'UNVERIFIED: read from the run row, and {truth.why}', False)}</p>")
+    )
     if rec is None:
         note = f"no halt record: the run is {run.status} in state {run.state} (killed or live)"
-        return f'<section id="halt"><h2>Halt record</h2><p>{badge(note, False)}</p></section>'
+        return f'<section id="halt"><h2>Halt record</h2>{warn}<p>{badge(note, False)}</p></section>'
     body = dl(_halt_rows(rec)) + _handoff(rec) + _tool_calls(rec)
-    return f'<section id="halt"><h2>Halt record</h2>{body}</section>'
+    return f'<section id="halt"><h2>Halt record</h2>{warn}{body}</section>'
 
 
 def _diagram_section(spec: MachineSpec, run: RunRow, events: Sequence[Event]) -> str:
@@ -160,11 +166,19 @@ def _chain_badge(chain: ChainReport | None) -> str:
     return badge(f"chain DOES NOT VERIFY at seq {first.seq} ({first.kind})", False)
 
 
+def _truth(run: RunRow, chain: ChainReport | None) -> Truth:
+    if chain is None:
+        return Truth(run.run_id, False, "its chain was not checked")
+    return Truth.of(chain)
+
+
 def _header(run: RunRow, report: ReplayReport, chain: ChainReport | None) -> str:
     verdict, proven = _verdict(report)
-    reason = run.halt_reason.value if run.halt_reason else f"no halt ({run.status})"
+    truth = _truth(run, chain)
+    reason = headline_halt(run, truth)
+    shown = esc(reason) if truth.ok else f'<span class="bad">{esc(reason)}</span>'
     return (
-        f"<header><h1>Incident report: run <code>{esc(run.run_id)}</code> — {esc(reason)}</h1>"
+        f"<header><h1>Incident report: run <code>{esc(run.run_id)}</code> — {shown}</h1>"
         f'<p class="sub">machine <code>{esc(run.machine)}</code> '
         f'<span class="muted">sha256 {esc(run.machine_sha256[:12])}</span> · '
         f"{badge('replay ' + verdict, proven)} · {_chain_badge(chain)}</p>"
@@ -200,10 +214,12 @@ def report_sections(
     spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}", resolve=False)
     report = with_chain(replay_events(run, events), chain)
     reason = run.halt_reason.value if run.halt_reason else run.status
+    if not _truth(run, chain).ok:
+        reason = f"UNVERIFIED {reason}"
     return ReportSections(
         title=f"fsm-agent incident {esc(run.run_id)}: {esc(reason)}",
         header=_header(run, report, chain),
-        halt=_halt_section(run),
+        halt=_halt_section(run, _truth(run, chain)),
         usage=usage_section(events),
         diagram=_diagram_section(spec, run, events),
         replay=_replay_section(report),

@@ -65,6 +65,9 @@ class MachineStats:
     output_tokens: Distribution | None = None
     #: what the halted runs of each halt reason used together, in `halt_reasons`' order
     usage_by_reason: dict[HaltReason, ReasonUsage] = attrs.field(factory=dict)
+    #: runs whose chain does not verify (or whose key was not given): counted here only,
+    #: in none of the figures above, since their rows may have been edited
+    unverified: int = 0
 
 
 @attrs.frozen
@@ -188,8 +191,12 @@ def _usage_by_reason(
     }
 
 
-def machine_stats(machine: str, runs: Sequence[RunSummary]) -> MachineStats:
-    """The statistics of one machine's runs."""
+def machine_stats(
+    machine: str, runs: Sequence[RunSummary], unverified: frozenset[str] = frozenset()
+) -> MachineStats:
+    """The statistics of one machine's runs; those in `unverified` are only counted."""
+    doubtful = sum(1 for r in runs if r.run_id in unverified)
+    runs = [r for r in runs if r.run_id not in unverified]
     halted = [r for r in runs if r.status == "halted"]
     at_cap = sum(1 for r in halted if r.steps_used >= r.max_steps)
     durations = [d for d in map(_duration_ms, halted) if d is not None]
@@ -210,18 +217,23 @@ def machine_stats(machine: str, runs: Sequence[RunSummary]) -> MachineStats:
             [r.output_tokens for r in halted if r.output_tokens is not None]
         ),
         usage_by_reason=_usage_by_reason(halted, list(reasons)),
+        unverified=doubtful,
     )
 
 
 def halt_stats(store: Store, machine: str | None = None, since: str | None = None) -> Stats:
     """Statistics of the runs in `store`: of one `machine` if given, started at or after
     `since` (an ISO date or timestamp) if given."""
+    from fsm_agent.review.truth import truths
+
     key = None if since is None else since_key(since)
     summaries = store.run_summaries(machine=machine, since=key)
+    verdicts = truths(store, (r.run_id for r in summaries))
+    doubtful = frozenset(rid for rid, t in verdicts.items() if not t.ok)
     groups = itertools.groupby(summaries, key=lambda r: r.machine)
     return Stats(
         journal=store.location,
-        machines=tuple(machine_stats(name, list(rows)) for name, rows in groups),
+        machines=tuple(machine_stats(name, list(rows), doubtful) for name, rows in groups),
         machine=machine,
         since=key,
     )
@@ -252,6 +264,11 @@ def _reason_lines(m: MachineStats) -> list[str]:
         )
     if m.running:
         lines.append(f"  {'(running)':<{w}}  {m.running:>5}")
+    if m.unverified:
+        lines.append(
+            f"  {'(unverified)':<{w}}  {m.unverified:>5}  their chains do not verify (or the"
+            " key was not given): in no figure here; fsm-agent verify --all"
+        )
     return lines
 
 
@@ -286,6 +303,8 @@ def _cap_lines(m: MachineStats) -> list[str]:
 
 def _machine_block(m: MachineStats) -> list[str]:
     head = f"{m.machine}: {m.runs} run(s), {m.halted} halted, {m.running} running"
+    if m.unverified:
+        head += f", {m.unverified} unverified"
     if not m.halted:
         return [head, *_reason_lines(m)]
     return [head, *_reason_lines(m), *_measure_lines(m), *_cap_lines(m)]
