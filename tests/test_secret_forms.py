@@ -13,10 +13,12 @@ by `export-traces`. The runs are real: `fsm-agent run` as a subprocess, a tools 
 from __future__ import annotations
 
 import base64
+import datetime
 import html
 import json
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, quote_plus
 
 import pytest
@@ -24,6 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fsm_agent.redaction import Redactor, Secret
+from fsm_agent.runtime.outcomes import NOT_KEPT, PREVIEW_CHARS, jsonable
+from fsm_agent.runtime.usage import MAX_NAME_CHARS, ModelUsage, call_usage
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_ENV = "FSM_TEST_FORMS_KEY"
@@ -195,3 +199,50 @@ def test_a_number_that_spells_a_secret_and_undecodable_bytes_are_redacted() -> N
     r = Redactor([Secret("PIN", "90210431")])
     assert r.value({"pin": 990210431, "n": 7}) == {"pin": "9[redacted:PIN]", "n": 7}
     assert r.value(b"\xff 90210431") == b"\xff [redacted:PIN]"
+
+
+# --- redaction before any preview or cut -------------------------------------------------
+
+
+class Holder:
+    """An object whose repr carries the secret (a client, a credentials object)."""
+
+    def __repr__(self) -> str:
+        return f"Holder(token={KEY!r}, scope='read')"
+
+
+PREVIEWED: dict[str, Any] = {
+    "a dict with a date": {"auth": KEY, "fetched": datetime.date(2026, 12, 3)},
+    "a string over the limit": "x" * 150 + KEY + "y" * 1_000_000,
+    "bytes over the limit": b"x" * 150 + KEY.encode() + b"y" * 4_000_000,
+    "bytes that are not UTF-8": b"\xff\xfe" + KEY.encode(),
+    "a set": {KEY},
+    "an object's repr": Holder(),
+    "a tuple of objects": (Holder(), datetime.date(2026, 12, 3)),
+    "base64 in a dict with a date": {
+        "basic": base64.b64encode(b"user:" + KEY.encode()).decode(),
+        "at": datetime.date(2026, 12, 3),
+    },
+    "hex in a set": {KEY.encode().hex().upper()},
+    "keys over the size limit": {f"{KEY}{'z' * 120}{i}": i for i in range(8_000)},
+}
+
+
+@pytest.mark.parametrize("what", sorted(PREVIEWED))
+def test_a_value_kept_as_a_preview_holds_no_piece_of_a_secret(what: str) -> None:
+    kept = jsonable(PREVIEWED[what], redactor())
+    assert isinstance(kept, str)
+    assert kept.startswith(NOT_KEPT)
+    assert len(kept) <= len(NOT_KEPT) + 2 * PREVIEW_CHARS
+    assert leaked(json.dumps(kept).encode()) == [], kept
+    assert leaked(kept.encode()) == [], kept
+
+
+def test_a_model_name_is_cut_only_once_it_is_redacted() -> None:
+    usage = ModelUsage(response_model="gateway/" + "x" * 150 + KEY, response_id=KEY * 3)
+    cut = call_usage(None, usage, 5, redactor())
+    assert cut.response_model is not None
+    assert cut.response_model.startswith("gateway/xxx")
+    assert len(cut.response_model) <= MAX_NAME_CHARS
+    assert cut.response_id == MARKER * 3
+    assert leaked(json.dumps([cut.response_model, cut.response_id]).encode()) == []

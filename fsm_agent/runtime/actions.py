@@ -27,7 +27,13 @@ from fsm_agent.runtime.deadline import Call, CallResult, error_text
 from fsm_agent.runtime.effects import record_effect, settle
 from fsm_agent.runtime.guards import resolve_guard
 from fsm_agent.runtime.lanes import assert_local_halt, halt_lane_refusal
-from fsm_agent.runtime.outcomes import add_receipted, jsonable, outcome_from_call
+from fsm_agent.runtime.outcomes import (
+    add_receipted,
+    admit,
+    jsonable,
+    outcome_from_call,
+    returned,
+)
 from fsm_agent.runtime.proposals import (
     FinalAnswer,
     HandoffRequest,
@@ -121,8 +127,7 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
             content, cost = call.value.content, call.value.cost
             reported = call.value.usage
             ctx.add_cost(cost)
-        content = secrets.value(content)
-        kept = jsonable(content)  # as journaled; the very value when it is plain JSON data
+        content, kept = admit(content, secrets)  # kept: as journaled; the very value when plain
         proposal = parse_reply(
             content, step=step, max_steps=ctx.budgets.max_steps, plain=kept is content
         )
@@ -136,7 +141,7 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
         content, cost, reported = fault.raw, fault.cost, fault.usage
         if secrets and fault.raw_full is not None:  # redacted whole, then cut
             content = clip(secrets.text(fault.raw_full))
-        kept = jsonable(content)
+        kept = jsonable(content, secrets)
         ctx.add_cost(cost)
         error = secrets.text(f"model call failed: {fault.kind}: {fault.detail}")
         proposal = Rejection(kind=fault.rejection, detail=error)
@@ -160,8 +165,8 @@ def _ask_model(ctx: RunContext) -> Steps[tuple[str, Facts]]:
     if note is not None:
         ctx.history.append(note)
     usage = call_usage(ctx.model, reported, call.elapsed_ms, secrets)
-    facts = Facts(action="model", reply=secrets.value(kept), reply_cost=float(cost),
-                  error=error, repaired=secrets.value(repaired), usage=usage)  # fmt: skip
+    facts = Facts(action="model", reply=kept, reply_cost=float(cost), error=error,
+                  repaired=repaired, usage=usage)  # fmt: skip
     return _outcome_of(proposal), facts
 
 
@@ -180,7 +185,7 @@ def _repair_vote(
         return rejected, None
     call = yield Call(voter, (content,), timeout_s=ctx.remaining_s(), name="repair",
                       isolation=getattr(voter, "isolation", "thread"))  # fmt: skip
-    repaired = jsonable(call.value) if call.status == "ok" else None
+    repaired = jsonable(call.value, ctx.secrets) if call.status == "ok" else None
     again = parse_reply(repaired, step=step, max_steps=ctx.budgets.max_steps)
     if call.status != "ok" or isinstance(again, Rejection):
         ctx.repair = "failed"
@@ -336,8 +341,10 @@ def _run_tool(ctx: RunContext) -> Steps[tuple[str, Facts]]:
             ),
             tool.side_effect,
         )
-        made = outcome_from_call(tool.name, args, call, side_effect=tool.side_effect)
-        outcome = _record_call(ctx, redacted(ctx, made))
+        made = outcome_from_call(
+            tool.name, args, call, side_effect=tool.side_effect, secrets=ctx.secrets
+        )
+        outcome = _record_call(ctx, made)
     trigger = {"returned": "tool_returned", "failed": "tool_failed", "timed_out": "tool_timed_out"}[
         outcome.status
     ]
@@ -345,30 +352,6 @@ def _run_tool(ctx: RunContext) -> Steps[tuple[str, Facts]]:
     if note is not None:
         ctx.history.append(note)
     return trigger, Facts(action="tool", tool=outcome, error=outcome.error)
-
-
-def redacted(ctx: RunContext, outcome: ToolOutcome) -> ToolOutcome:
-    """A tool's (or user action's) outcome with the run's secrets redacted from what it
-    returned (observation, final, receipts) or raised, before the run decides on it."""
-    secrets = ctx.secrets
-    if not secrets:
-        return outcome
-    receipts = tuple(
-        attrs.evolve(
-            r,
-            id=secrets.text(r.id),
-            idempotency_key=None if r.idempotency_key is None else secrets.text(r.idempotency_key),
-            checksum=None if r.checksum is None else secrets.text(r.checksum),
-        )
-        for r in outcome.receipts
-    )
-    return attrs.evolve(
-        outcome,
-        observation=secrets.value(outcome.observation),
-        final=None if outcome.final is None else secrets.text(outcome.final),
-        error=None if outcome.error is None else secrets.text(outcome.error),
-        receipts=receipts,
-    )
 
 
 def _collect_receipts(ctx: RunContext) -> tuple[str, Facts]:
@@ -392,24 +375,15 @@ def _user_action(ctx: RunContext, state: str, ref: str) -> Steps[tuple[str, Fact
     call = _as_declared(call, ref, ctx.spec.state(state).outcomes)
     if call.status == "ok" and isinstance(call.value, ActionResult):
         result = call.value.result or ToolResult()
-        outcome = ToolOutcome(
-            name=ref,
-            args={},
-            status="returned",
-            receipts=result.receipts,
-            observation=jsonable(result.observation),
-            final=result.final,
-            cost=result.cost,
-            duration_ms=call.elapsed_ms,
-        )
-        return call.value.outcome, Facts(action=ref, tool=_record_call(ctx, redacted(ctx, outcome)))
+        outcome = returned(ref, {}, result, call.elapsed_ms, ctx.secrets)
+        return call.value.outcome, Facts(action=ref, tool=_record_call(ctx, outcome))
     if call.status == "ok":
         call = CallResult(
             status="error",
             elapsed_ms=call.elapsed_ms,
             error=TypeError(f"a user action returns ActionResult, got {type(call.value).__name__}"),
         )
-    outcome = _record_call(ctx, redacted(ctx, outcome_from_call(ref, {}, call)))
+    outcome = _record_call(ctx, outcome_from_call(ref, {}, call, secrets=ctx.secrets))
     trigger = "timed_out" if call.status == "timeout" else "failed"
     return trigger, Facts(action=ref, tool=outcome, error=outcome.error)
 

@@ -76,7 +76,9 @@ class Halting(Journaling):
         facts: Facts | None = None,
         signum: int | None = None,
     ) -> None:
-        """A halt the runtime imposes (signal, refusal, error): journaled like any other."""
+        """A halt the runtime imposes (signal, refusal, error): journaled like any other. Its
+        note may quote user code (an exception's message): the run's secrets are redacted."""
+        note = self.ctx.secrets.text(note)
         with self.gate.shielded():
             if not self.journaled:  # stopped before the run reached the journal
                 self.record = self._record_for(reason, note, signum)
@@ -123,6 +125,7 @@ class Halting(Journaling):
         """The journal failed: still leave a record on disk that says so, where a record
         file was asked for (the journal's failure stays the error; None, or why the record
         file could not be written)."""
+        note = self.ctx.secrets.text(note)
         with self.gate.shielded():
             if reason is None:
                 reason = self.record.halt_reason if self.record else HaltReason.JOURNAL_FAILED

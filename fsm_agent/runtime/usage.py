@@ -28,11 +28,12 @@ def _count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
 
 
 def _name(value: Any) -> str | None:
-    """A model name or finish reason as journaled: text, cut to MAX_NAME_CHARS; None when
-    the server sent none (or not text)."""
+    """A model name or finish reason as an adapter reported it: text; None when the server
+    sent none (or not text). `call_usage` cuts it to MAX_NAME_CHARS, once its secrets are
+    redacted (a cut made first could leave a piece of a secret that no longer matches)."""
     if not isinstance(value, str) or not value:
         return None
-    return value[:MAX_NAME_CHARS]
+    return value
 
 
 @attrs.frozen
@@ -60,23 +61,25 @@ class ModelUsage:
 def call_usage(model: Any, reported: Any, elapsed_ms: int, secrets: Redactor) -> ModelUsage:
     """The usage journaled for one model call: what the adapter reported (when it is a
     `ModelUsage`), the model it asked for when the adapter names one (`model.model`), and
-    the latency the run measured. The names a server sent are redacted like its reply."""
+    the latency the run measured. The names a server sent are redacted like its reply, then
+    cut to MAX_NAME_CHARS."""
     usage = reported if isinstance(reported, ModelUsage) else ModelUsage()
     if usage.request_model is None:
         name = getattr(model, "model", None)
         usage = attrs.evolve(usage, request_model=name if isinstance(name, str) else None)
-    if secrets:
 
-        def clean(text: str | None) -> str | None:
-            return None if text is None else secrets.text(text)
+    def clean(text: str | None) -> str | None:
+        return None if text is None else secrets.text(text)[:MAX_NAME_CHARS]
 
-        usage = attrs.evolve(
-            usage,
-            response_model=clean(usage.response_model),
-            response_id=clean(usage.response_id),
-            finish_reason=clean(usage.finish_reason),
-        )
-    return attrs.evolve(usage, latency_ms=max(0, int(elapsed_ms)))
+    return attrs.evolve(
+        usage,
+        request_model=clean(usage.request_model),
+        response_model=clean(usage.response_model),
+        response_id=clean(usage.response_id),
+        finish_reason=clean(usage.finish_reason),
+        provider=clean(usage.provider),
+        latency_ms=max(0, int(elapsed_ms)),
+    )
 
 
 @attrs.frozen
