@@ -55,7 +55,7 @@ def main() -> None:
     try:
         record = run(
             "agent_loop", task=f"Walk {opts.steps} gated steps", model=ScriptedModel(replies),
-            tools=TOOLS, store=opts.db, run_id=opts.run_id,
+            tools=TOOLS, allow=TOOLS.names(), store=opts.db, run_id=opts.run_id,
             budgets={"max_steps": opts.steps + 3, "wall_clock_ms": 600_000,
                      "tool_timeout_ms": 300_000},
             record_path=Path(opts.gates) / "record.json",
