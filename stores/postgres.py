@@ -16,6 +16,7 @@ threads (its operations take turns), but a worker thread is better served by its
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -57,7 +58,7 @@ from fsm_agent.stores.postgres_schema import (
     SELECT_SUMMARIES,
     append_rows,
 )
-from fsm_agent.stores.run_chains import RunChains
+from fsm_agent.stores.run_chains import RunChains, store_witness
 from fsm_agent.stores.run_lookup import RunLookup
 
 Verb = Literal["read", "write"]
@@ -70,7 +71,12 @@ class PostgresStore(PostgresQueue, RunLookup, RunChains):
     SELECT_RUNS_FOR_LIST = SELECT_RUNS
 
     def __init__(
-        self, dsn: str, *, chain_key: bytes | None = None, read_only: bool = False
+        self,
+        dsn: str,
+        *,
+        chain_key: bytes | None = None,
+        read_only: bool = False,
+        witness: str | os.PathLike[str] | None = None,
     ) -> None:
         self.dsn = dsn
         #: the key new runs are chained with (`fsm_agent.journal.chain_key`: the environment's when
@@ -82,9 +88,13 @@ class PostgresStore(PostgresQueue, RunLookup, RunChains):
         #: False: a server decides per statement what a role may write.
         self.read_only = read_only
         self._lock = threading.RLock()
-        self._init_chains()
+        self._init_chains(store_witness(witness, self.chain_key, read_only))
         self._closed = False
-        self.conn = self._connect()
+        try:
+            self.conn = self._connect()
+        except BaseException:
+            self._close_witness()
+            raise
 
     @property
     def location(self) -> str:
@@ -141,6 +151,7 @@ class PostgresStore(PostgresQueue, RunLookup, RunChains):
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._close_witness()
             self.conn.close()
 
     # --- writes ---------------------------------------------------------------------------
@@ -160,6 +171,7 @@ class PostgresStore(PostgresQueue, RunLookup, RunChains):
         self._heads[run.run_id] = head
         self._modes[run.run_id] = (self.chain_key, version)
         self._bases[run.run_id] = codec.base_form(first)
+        self._witnessed(run.run_id, first.seq, head)
         return head
 
     def append(self, event: Event) -> str:
@@ -210,6 +222,7 @@ class PostgresStore(PostgresQueue, RunLookup, RunChains):
                 raise self._error(codec.stale_head(events[0].seq), run_id) from None
             raise
         self._heads[run_id] = head
+        self._witnessed(run_id, events[-1].seq, head)
         return head
 
     def _head(self, run_id: str) -> str:
@@ -233,6 +246,7 @@ class PostgresStore(PostgresQueue, RunLookup, RunChains):
             cursor = conn.execute(FINISH_RUN, codec.finish_params(record, seal, head))
             if cursor.rowcount != 1:
                 raise self._error("write failed: no such run in this journal", record.run_id)
+        self._witnessed(record.run_id, head[1] or 0, head[0], seal)
 
     def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
         with self._tx(run_id) as conn:
@@ -279,6 +293,7 @@ class PostgresStore(PostgresQueue, RunLookup, RunChains):
             conn.execute(INSERT_RUN, row)
             with conn.cursor() as cursor:
                 cursor.executemany(INSERT_EVENT, params)
+        self._witness_import(run.run_id)
 
     def add_control(self, control: Control) -> int:
         """Queue an operator's instruction for a live run (or every run); returns its id."""

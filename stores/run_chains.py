@@ -1,15 +1,30 @@
 """What a store knows of the runs it appends to: each run's head, chain key and version, and
 what its events are written against — read from the journal once per run, the same way
-by both stores (only their SQL differs)."""
+by both stores (only their SQL differs); and the witness a writing store appends each
+committed head to (`fsm_agent.journal.witness`)."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent.errors import JournalError
-from fsm_agent.journal.chain_hash import chain_version
+from fsm_agent.journal.chain_hash import ChainLink, chain_version
+from fsm_agent.journal.store import RunRow
+from fsm_agent.journal.witness import WITNESS_ENV, WitnessWriter, open_witness
 from fsm_agent.runtime.snapshot import Snapshot
 from fsm_agent.stores import codec
+
+
+def store_witness(
+    path: str | os.PathLike[str] | None, key: bytes | None, read_only: bool
+) -> WitnessWriter | None:
+    """The witness a store appends to: the file `path`, or else `$FSM_AGENT_WITNESS`; none
+    for a store opened only to read. Opened before the journal is, so a witness that cannot
+    be used refuses the store before anything is written."""
+    if read_only:
+        return None
+    return open_witness(path if path is not None else os.environ.get(WITNESS_ENV), key)
 
 
 class RunChains:
@@ -19,7 +34,9 @@ class RunChains:
     SELECT_CHAIN: str
     chain_key: bytes | None
 
-    def _init_chains(self) -> None:
+    def _init_chains(self, witness: WitnessWriter | None = None) -> None:
+        #: the witness this store appends each committed head to (None: none)
+        self.witness = witness
         self._heads: dict[str, str] = {}  # run id -> head hash this store last wrote
         # run id -> the key its chain is made with (None: unkeyed) and its chain version
         self._modes: dict[str, tuple[bytes | None, int]] = {}
@@ -31,6 +48,7 @@ class RunChains:
         def _error(self, message: str, run_id: str | None = None) -> JournalError: ...
         def _tuples(self, sql: str, params: Any) -> list[tuple[Any, ...]]: ...
         def _first_row(self, run_id: str) -> Any: ...
+        def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]: ...
 
     def _mode(self, run_id: str) -> tuple[bytes | None, int]:
         """The key the run's chain is made with, and its version (read once per run)."""
@@ -48,3 +66,31 @@ class RunChains:
             event = None if first is None else codec.event(first, self._error)
             self._bases[run_id] = None if event is None else codec.base_form(event)
         return self._bases[run_id]
+
+    def _witnessed(self, run_id: str, seq: int, head: str | None, seal: str | None = None) -> None:
+        """Append a committed head to the witness (after its commit: the journal is never
+        behind its witness). A line that cannot be written is a journal failure: the run
+        stops rather than go on unwitnessed."""
+        if self.witness is None or head is None:
+            return
+        try:
+            self.witness.saw(run_id, seq, head, seal)
+        except OSError as exc:
+            raise self._error(
+                f"committed seq {seq}, but the witness {self.witness.path} could not be"
+                f" appended to ({getattr(exc, 'strerror', None) or exc})",
+                run_id,
+            ) from exc
+
+    def _witness_import(self, run_id: str) -> None:
+        """Witness an imported run as this journal now holds it: its head, and its seal."""
+        if self.witness is None:
+            return
+        run, links, head = self.chain(run_id)
+        if links:
+            sealed = run.record_hash if run.status == "halted" else None
+            self._witnessed(run_id, links[-1].seq, head or links[-1].hash, sealed)
+
+    def _close_witness(self) -> None:
+        if self.witness is not None:
+            self.witness.close()

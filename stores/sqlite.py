@@ -32,7 +32,7 @@ from fsm_agent.journal.store import (
 from fsm_agent.run_ids import RunNotFound
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.stores import codec
-from fsm_agent.stores.run_chains import RunChains
+from fsm_agent.stores.run_chains import RunChains, store_witness
 from fsm_agent.stores.run_lookup import RunLookup
 from fsm_agent.stores.sqlite_open import Synchronous, explain, open_journal
 from fsm_agent.stores.sqlite_queue import SqliteQueue
@@ -89,23 +89,33 @@ class SqliteStore(SqliteQueue, RunLookup, RunChains):
         busy_timeout_ms: int = 5000,
         chain_key: bytes | None = None,
         read_only: bool = False,
+        witness: str | os.PathLike[str] | None = None,
     ) -> None:
         self.path = str(path)
         #: the key new runs are chained with (`fsm_agent.journal.chain_key`: the environment's when
         #: not given); None: unkeyed
         self.chain_key = chain_key if chain_key is not None else key_from_env()
-        conn, read_only = open_journal(
-            self.path,
-            synchronous=synchronous,
-            busy_timeout_ms=int(busy_timeout_ms),
-            read_only=read_only,
-        )
+        writer = store_witness(witness, self.chain_key, read_only)
+        try:
+            conn, read_only = open_journal(
+                self.path,
+                synchronous=synchronous,
+                busy_timeout_ms=int(busy_timeout_ms),
+                read_only=read_only,
+            )
+        except BaseException:
+            if writer is not None:
+                writer.close()
+            raise
+        if read_only and writer is not None:  # the file may be read, not written
+            writer.close()
+            writer = None
         #: True when this process may read the journal but not write it.
         self.read_only = read_only
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
         self._controls_added = 0  # by this connection (data_version counts only the others')
-        self._init_chains()
+        self._init_chains(writer)
         self.busy_timeout_ms = int(busy_timeout_ms)
 
     def _locked(self, statement: Callable[[], T], run_id: str | None) -> T:
@@ -175,6 +185,7 @@ class SqliteStore(SqliteQueue, RunLookup, RunChains):
         self._heads[run.run_id] = head
         self._modes[run.run_id] = (self.chain_key, version)
         self._bases[run.run_id] = codec.base_form(first)
+        self._witnessed(run.run_id, first.seq, head)
         return head
 
     def append(self, event: Event) -> str:
@@ -216,6 +227,7 @@ class SqliteStore(SqliteQueue, RunLookup, RunChains):
                 raise self._error(codec.stale_head(events[0].seq), run_id) from None
             raise
         self._heads[run_id] = head
+        self._witnessed(run_id, events[-1].seq, head)
         return head
 
     def _write(self, sql: str, params: Sequence[Any], run_id: str) -> sqlite3.Cursor:
@@ -252,6 +264,7 @@ class SqliteStore(SqliteQueue, RunLookup, RunChains):
             seal = codec.seal(record, row[0], key)
             head = (row[0], row[2]) if row[0] is not None else (None, None)
             _one_row(conn.execute(FINISH_RUN, codec.finish_params(record, seal, head)))
+        self._witnessed(record.run_id, head[1] or 0, head[0], seal)
 
     def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
         with self._tx(run_id) as conn:
@@ -292,6 +305,7 @@ class SqliteStore(SqliteQueue, RunLookup, RunChains):
                 conn.execute(INSERT_DECLARATION, declaration)
             conn.execute(INSERT_RUN, row)
             conn.executemany(INSERT_EVENT, params)
+        self._witness_import(run.run_id)
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -406,4 +420,5 @@ class SqliteStore(SqliteQueue, RunLookup, RunChains):
         return [codec.control(r, self._error) for r in rows]
 
     def close(self) -> None:
+        self._close_witness()
         self.conn.close()
