@@ -42,6 +42,7 @@ from fsm_agent.journal.runfile import (
     read_run_file,
 )
 from fsm_agent.journal.store import Control, Event, Facts, GuardResult, Job, RunRow, Store
+from fsm_agent.journal.witness import read_log
 from fsm_agent.review.replay import replay_events
 from fsm_agent.run_ids import RunNotFound
 from fsm_agent.runtime.budgets import Budgets, Meters
@@ -975,6 +976,50 @@ def test_a_keyed_store_chains_new_runs_with_its_key(
     finally:
         keyed.close()
         plain.close()
+
+
+def test_a_witness_sees_each_commit_the_halt_and_an_import_and_a_reopened_run_shows(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FSM_AGENT_CHAIN_KEY", CHAIN_KEY.decode())
+    witness = tmp_path / "witness.log"
+    monkeypatch.setenv("FSM_AGENT_WITNESS", str(witness))
+    s = backend.open()
+    try:
+        record = lab_run(tmp_path, [LOOKUP, ANSWER], store=s)
+        rid = record.run_id
+        exported = export_run(s, rid)
+        seen = read_log([witness], CHAIN_KEY, run_id=rid).seen[rid]
+        assert [(x.seq, x.seal is not None) for x in seen] == [
+            (0, False), (1, False), (3, False), (4, False), (4, True),
+        ]  # fmt: skip
+        assert (seen[-1].head, seen[-1].seal) == (
+            record.journal_head, s.get_run(rid).record_hash,
+        )  # fmt: skip
+        assert verify_run(s, rid).witness == f"witnessed to seq 4, halted ({witness}:5)"
+        reopen = (
+            "UPDATE runs SET status = 'running', record = NULL, record_hash = NULL,"
+            " head_hash = NULL, head_seq = NULL, halt_reason = NULL, ended_at = NULL"
+        )
+        backend.tamper(  # the halted run reopened, as if it had been killed early
+            f"DELETE FROM events WHERE run_id = '{rid}' AND seq > 0",  # noqa: S608
+            f"{reopen} WHERE run_id = '{rid}'",
+        )
+        found = [(f.kind, f.seq, f.field) for f in verify_run(s, rid).findings]
+        assert found == [("truncated", 1, "witness"), ("reopened", 4, "witness")]
+        monkeypatch.delenv("FSM_AGENT_WITNESS")
+        report = verify_run(s, rid)
+        assert (report.findings, report.intact, report.ok) == ((), True, False)
+        assert report.unproven is not None
+    finally:
+        s.close()
+    copy = SqliteStore(tmp_path / "copy.db", witness=tmp_path / "copy.log")
+    try:
+        import_run(copy, exported)
+    finally:
+        copy.close()
+    (line,) = read_log([tmp_path / "copy.log"], CHAIN_KEY).seen[rid]
+    assert (line.seq, line.head, line.seal) == (4, record.journal_head, exported.run.record_hash)
 
 
 def test_a_journal_from_before_the_seal_migrates_and_verifies_as_before(

@@ -29,13 +29,15 @@ from fsm_agent.cli.options import (
 from fsm_agent.cli.traces import live_traces, otel_options, traced
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import serde
-from fsm_agent.journal.chain import ChainReport, verify_run
+from fsm_agent.journal.chain import ChainReport, Finding, env_witness, verify_run
 from fsm_agent.journal.chain import require_keyed as require_keyed_chain
 from fsm_agent.journal.chain_key import key_from_env, read_key_file
+from fsm_agent.journal.chain_witness import deleted_run
 from fsm_agent.journal.runfile import read_run_file, verify_run_file
 from fsm_agent.journal.store import Event
+from fsm_agent.journal.witness import Witness, read_log
 from fsm_agent.redaction import run_secrets
-from fsm_agent.run_ids import names_a_file, resolve_run_id
+from fsm_agent.run_ids import RunNotFound, names_a_file, resolve_run_id
 from fsm_agent.runtime.record import HaltRecord, read_record
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
 
@@ -51,8 +53,22 @@ def _read_record(path: str) -> HaltRecord:
         raise InvalidInputError(f"{path}: not a halt record ({why})") from exc
 
 
+def _witness(paths: tuple[str, ...], key: bytes | None) -> Witness:
+    """The witness verify checks against: the files given, else `$FSM_AGENT_WITNESS` (if
+    there is a key to check it with, and once it exists), else none. Read before the
+    journal (see `verify_run`)."""
+    if paths:
+        return read_log(paths, key)
+    return env_witness(key)
+
+
 def _verify_reports(
-    source: str | None, all_runs: bool, db: str, key: bytes | None, record_path: str | None
+    source: str | None,
+    all_runs: bool,
+    db: str,
+    key: bytes | None,
+    record_path: str | None,
+    witness: Witness,
 ) -> list[ChainReport]:
     if source is not None and all_runs:
         raise InvalidInputError("give a RUN_ID or FILE, or --all, not both")
@@ -66,13 +82,36 @@ def _verify_reports(
     if source is not None and names_a_file(source):
         run_file = read_run_file(source, checked=False)
         _same_run(record_file, run_file.run.run_id, source)
-        return [verify_run_file(run_file, key=key, record_file=record_file)]
+        return [verify_run_file(run_file, key=key, record_file=record_file, witness=witness)]
     if source is None and not all_runs:
         raise InvalidInputError("give a RUN_ID, a run FILE, or --all (or --record FILE)")
     with read_journal(db) as store:
-        ids = store.run_ids() if source is None else [resolve_run_id(store, source)]
+        try:
+            ids = store.run_ids() if source is None else [resolve_run_id(store, source)]
+        except RunNotFound:
+            if source is None or source not in (*witness.seen, *witness.forged):
+                raise
+            return [_deleted(source, witness)]  # the witness saw it: it was there
         _same_run(record_file, ids[0] if ids else "", source or "")
-        return [verify_run(store, run_id, key=key, record_file=record_file) for run_id in ids]
+        reports = [
+            verify_run(store, run_id, key=key, record_file=record_file, witness=witness)
+            for run_id in ids
+        ]
+    if source is None:  # every run the witness saw must still be in the journal
+        here = set(ids)
+        gone = sorted(r for r in {*witness.seen, *witness.forged} if r not in here)
+        reports += [_deleted(run_id, witness) for run_id in gone]
+    return reports
+
+
+def _deleted(run_id: str, witness: Witness) -> ChainReport:
+    """The report of a run the witness names that the journal does not hold."""
+    found = [f for f in [deleted_run(run_id, witness)] if f is not None]
+    found += [
+        Finding("witness_forged", s.seq, f"{s.where}: its signature does not match", "witness")
+        for s in witness.forged.get(run_id, ())
+    ]
+    return ChainReport(run_id, 0, None, tuple(found), mode="keyed", witness="not in the journal")
 
 
 def _same_run(record_file: tuple[HaltRecord, str] | None, run_id: str, source: str) -> None:
@@ -84,13 +123,18 @@ def _same_run(record_file: tuple[HaltRecord, str] | None, run_id: str, source: s
 def _echo_report(r: ChainReport) -> None:
     if r.ok:
         click.echo(f"ok        {r.run_id}  {r.events} events  head {r.head_hash}  {r.mode}")
-    elif not r.findings:
+    elif not r.findings and not r.checked:
         click.echo(f"UNCHECKED {r.run_id}  {r.events} events  keyed: key not given, chain not"
                    " checked")  # fmt: skip
+    elif not r.findings:
+        click.echo(f"UNPROVEN  {r.run_id}  {r.events} events  {r.unproven}")
     else:
-        click.echo(f"TAMPERED  {r.run_id}  {r.events} events  {r.mode}")
+        events = "not in the journal" if r.witness == "not in the journal" else f"{r.events} events"
+        click.echo(f"TAMPERED  {r.run_id}  {events}  {r.mode}")
         for f in r.findings:
             click.echo(f"  {f.line()}")
+    if r.witness is not None and r.witness != "not in the journal":
+        click.echo(f"  witness: {r.witness}")
     for note in r.notes:
         click.echo(f"  note: {note}")
 
@@ -112,6 +156,15 @@ def _echo_report(r: ChainReport) -> None:
     " the file $FSM_AGENT_CHAIN_KEY_FILE names).",
 )
 @click.option("--require-keyed", is_flag=True, help="Fail every run whose chain is not keyed.")
+@click.option(
+    "--witness",
+    "witness_paths",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Check runs against this witness file, its lines signed with the key (repeatable;"
+    " default: $FSM_AGENT_WITNESS): a run cut back, reopened, rewritten or deleted since it"
+    " saw it is found.",
+)
 @db_option
 @json_option
 @cli_errors
@@ -121,6 +174,7 @@ def verify(
     record_path: str | None,
     key_file: str | None,
     require_keyed: bool,
+    witness_paths: tuple[str, ...],
     db: str,
     as_json: bool,
 ) -> None:
@@ -130,24 +184,37 @@ def verify(
     Reports the first sequence number (and field) of each kind of tampering: edited,
     deleted, inserted, reordered, truncated, run_edited, unchained, machine_edited,
     record_edited, summary_edited, record_missing, wrong_key (and not_keyed with
-    --require-keyed). Says which mode each run was chained in (unkeyed or keyed); a keyed
-    run checked without its key is not checked, never ok. Exit 1 if any run is not ok.
+    --require-keyed); against a witness also reopened, rewritten, run_deleted and
+    witness_forged. Says which mode each run was chained in (unkeyed or keyed) and which
+    witness it used; a keyed run checked without its key is not checked, and a keyed run
+    whose record is not sealed and whose head no witness saw is not proven: neither is
+    ever ok. Exit 1 if any run is not ok.
     """
     key = read_key_file(key_file) if key_file else key_from_env()
-    reports = _verify_reports(source, all_runs, db, key, record_path)
+    witness = _witness(witness_paths, key)
+    reports = _verify_reports(source, all_runs, db, key, record_path, witness)
     if require_keyed:
         reports = [require_keyed_chain(r) for r in reports]
     if as_json:
         click.echo(json.dumps([serde.unstructure(r) | {"ok": r.ok} for r in reports], indent=2))
     else:
+        if witness.given:
+            click.echo(witness.describe())
         for r in reports:
             _echo_report(r)
+        if all_runs and not witness.given:
+            click.echo(
+                "note: no witness (--witness FILE): a run deleted whole from this journal"
+                " would not show"
+            )
         bad = sum(bool(r.findings) for r in reports)
         unchecked = sum(not r.findings and not r.checked for r in reports)
+        unproven = sum(r.intact and r.unproven is not None for r in reports)
         click.echo(
-            f"{len(reports) - bad - unchecked} of {len(reports)} runs verify"
+            f"{len(reports) - bad - unchecked - unproven} of {len(reports)} runs verify"
             + (f"; {bad} do not" if bad else "")
             + (f"; {unchecked} not checked (keyed, key not given)" if unchecked else "")
+            + (f"; {unproven} not proven (keyed, not sealed)" if unproven else "")
         )
     if any(not r.ok for r in reports):
         raise click.exceptions.Exit(1)

@@ -158,7 +158,7 @@ def export_(run_id: str, output: str, db: str, as_json: bool) -> None:
     data = {"run_id": run_id, "events": len(run_file.events), "output": output,
             "chain": chain.verdict(), "chain_ok": chain.ok}  # fmt: skip
     say_result(as_json, data, f"exported run {run_id} ({len(run_file.events)} events) to {output}")
-    if not chain.checked and not chain.findings:  # a keyed run, exported without its key
+    if not chain.findings and not chain.ok:  # a keyed run without its key, or not sealed
         click.echo(f"note: {chain.verdict()}; the file keeps the chain as stored", err=True)
     elif not chain.ok:  # the file keeps the chain as stored: `verify FILE` says the same
         click.echo(f"Error: {chain.verdict()}", err=True)

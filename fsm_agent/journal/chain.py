@@ -20,19 +20,22 @@ of deleted and renumbered events shows as edited).
 
 An unkeyed chain proves the journal was not edited by someone who could not also recompute
 every hash after the edit, the head and the seal. A keyed chain proves it against anyone
-who does not hold the key. Against an adversary with the key, or one who deletes whole
-runs, anchor the head outside the database: the halt record file carries it
-(`journal_head`).
+who does not hold the key, save what takes events away with their anchor: a keyed run
+whose record is not sealed is never ok without a witness that saw its head
+(`fsm_agent.journal.witness`, checked in `fsm_agent.journal.chain_witness`), and only a
+witness shows a run deleted whole. Against an adversary with the key, anchor the head
+outside the database too: the halt record file carries it (`journal_head`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Literal
 
 import attrs
 
-from fsm_agent.journal import chain_row
+from fsm_agent.journal import chain_row, chain_witness
 from fsm_agent.journal.chain_hash import CHAIN_FORMAT as CHAIN_FORMAT
 from fsm_agent.journal.chain_hash import ChainLink as ChainLink
 from fsm_agent.journal.chain_hash import ChainMode, ChainModeError, key_id, parse_mode
@@ -46,6 +49,7 @@ from fsm_agent.journal.findings import Finding as Finding
 from fsm_agent.journal.findings import Findings
 from fsm_agent.journal.findings import TamperKind as TamperKind
 from fsm_agent.journal.store import RunRow, Store
+from fsm_agent.journal.witness import NO_WITNESS, WITNESS_ENV, Witness, read_log
 from fsm_agent.runtime.record import HaltRecord
 
 #: What a run's halt record is to its chain: sealed onto it, journaled before records were
@@ -61,7 +65,10 @@ class ChainReport:
     `mode` is how the run was chained (`unkeyed` or `keyed`); `checked` is False for a keyed
     run verified without its key (then only what needs no key was checked, and it is never
     ok); `record` says whether the halt record is sealed onto the chain; `notes` say what
-    was not checked, and why, without being findings.
+    was not checked, and why, without being findings. `witness` is what the witness said of
+    the run (None: none was given); `unproven` what cannot be proven without one (a keyed
+    run whose record is not sealed: that its tail was not cut off), which is never ok
+    either, though the chain as far as it goes is `intact`.
     """
 
     run_id: str
@@ -73,9 +80,17 @@ class ChainReport:
     checked: bool = True
     record: RecordCover = "none"
     notes: tuple[str, ...] = ()
+    witness: str | None = None
+    unproven: str | None = None
 
     @property
     def ok(self) -> bool:
+        return self.intact and self.unproven is None
+
+    @property
+    def intact(self) -> bool:
+        """Checked, and nothing found: every event there is the one written (what resume
+        and import need), whether or not what follows the head can be proven."""
         return self.checked and not self.findings
 
     def verdict(self) -> str:
@@ -92,9 +107,12 @@ class ChainReport:
             )
         if not self.checked:
             return f"chain: keyed: key not given, chain not checked ({KEY_HINT})"
+        if self.unproven is not None:
+            return f"chain: NOT PROVEN ({self.events} events): {self.unproven}"
         unsealed = "; halt record not sealed (older journal)" if self.record == "not_sealed" else ""
+        seen = f"; {self.witness}" if self.witness else ""
         head = (self.head_hash or "")[:12]
-        return f"chain: ok ({self.events} events, head {head}, {self.mode}{unsealed})"
+        return f"chain: ok ({self.events} events, head {head}, {self.mode}{unsealed}{seen})"
 
 
 def verify_chain(
@@ -104,11 +122,13 @@ def verify_chain(
     *,
     key: bytes | None = None,
     record_file: tuple[HaltRecord, str] | None = None,
+    witness: Witness = NO_WITNESS,
 ) -> ChainReport:
     """Check one run's chain, its row and its halt record; report the first sequence number
     (and field) of each kind of tampering. A keyed run needs `key`: without it only what
     needs no key is checked, and the report is not ok. `record_file` (a record and where it
-    came from) is checked against the journal's record too."""
+    came from) is checked against the journal's record too, and the run against what
+    `witness` saw of it."""
     flag, notes = Findings(), list[str]()
     checked, use, can_hash = True, None, True
     try:
@@ -149,6 +169,7 @@ def verify_chain(
         chain_row.check_record_file(
             record, run, links, head_hash, use, can_hash, flag, notes, source=source
         )
+    said, at_head = chain_witness.check_witness(run, links, witness, flag)
     if not checked:
         notes.insert(
             0,
@@ -158,6 +179,7 @@ def verify_chain(
     cover: RecordCover = "none"
     if run.record is not None:
         cover = "not_sealed" if run.record_hash is None and not mode.sealed else "sealed"
+    sealed = cover == "sealed" and run.status == "halted"
     return ChainReport(
         run.run_id,
         len(links),
@@ -168,6 +190,8 @@ def verify_chain(
         checked=checked,
         record=cover,
         notes=tuple(notes),
+        witness=said,
+        unproven=chain_witness.unproven(mode, links, sealed, witness, at_head),
     )
 
 
@@ -335,9 +359,24 @@ def verify_run(
     *,
     key: bytes | None = None,
     record_file: tuple[HaltRecord, str] | None = None,
+    witness: Witness | None = None,
 ) -> ChainReport:
     """Check the chain of one run in a journal (its stored bytes, not decoded), with `key`
-    or else the store's own (`chain_key`, from the environment)."""
-    run, links, head = store.chain(run_id)
+    or else the store's own (`chain_key`, from the environment), against `witness` or else
+    the environment's (`FSM_AGENT_WITNESS`, when a key is there to check it with). The
+    witness is read before the journal: a live run's commit between the two reads leaves
+    the journal ahead of its witness, never behind it."""
     key = key if key is not None else getattr(store, "chain_key", None)
-    return verify_chain(run, links, head, key=key, record_file=record_file)
+    if witness is None:
+        witness = env_witness(key, run_id)
+    run, links, head = store.chain(run_id)
+    return verify_chain(run, links, head, key=key, record_file=record_file, witness=witness)
+
+
+def env_witness(key: bytes | None, run_id: str | None = None) -> Witness:
+    """The witness `FSM_AGENT_WITNESS` names, checked with `key` (only `run_id`'s lines,
+    when given); no witness without a key or a variable, or while its file does not exist."""
+    path = os.environ.get(WITNESS_ENV)
+    if not path or key is None:
+        return NO_WITNESS
+    return read_log([path], key, run_id=run_id, missing_ok=True)

@@ -1,5 +1,6 @@
 """What `fsm-agent verify` can find: each kind of tampering, and where it shows (a sequence
-number, and for the run row and the halt record, the field)."""
+number, and for the run row and the halt record, the field; `witness` for what only the
+witness shows)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ TamperKind = Literal[
     "record_missing",
     "wrong_key",
     "not_keyed",
+    "reopened",
+    "rewritten",
+    "run_deleted",
+    "witness_forged",
 ]
 
 #: What each kind of finding means, for people reading `fsm-agent verify`.
@@ -40,6 +45,12 @@ MEANING: Final[dict[TamperKind, str]] = {
     "wrong_key": "the key given is not the key this run was chained with",
     "not_keyed": "the run's chain is not keyed (anyone who can write the journal could have"
     " recomputed it)",
+    "reopened": "the witness saw the run halt, and the journal shows it not halted (its"
+    " record, seal and tail removed)",
+    "rewritten": "the event or seal the witness saw at this seq is not the journal's (the"
+    " run was rewritten)",
+    "run_deleted": "the witness saw this run, and the journal does not hold it (deleted)",
+    "witness_forged": "a witness line claims the key but is not signed with it (forged or edited)",
 }
 
 

@@ -30,6 +30,7 @@ from fsm_agent.journal.chain import ChainReport, Finding, verify_chain
 from fsm_agent.journal.chain_hash import ChainLink, base_of, chain_version, event_columns
 from fsm_agent.journal.chain_key import key_from_env
 from fsm_agent.journal.store import Event, RunRow, Store
+from fsm_agent.journal.witness import NO_WITNESS, Witness
 from fsm_agent.run_ids import BadRunId, RunNotFound, is_run_id
 from fsm_agent.runtime.record import HaltRecord, atomic_write_text
 
@@ -269,10 +270,12 @@ def verify_run_file(
     *,
     key: bytes | None = None,
     record_file: tuple[HaltRecord, str] | None = None,
+    witness: Witness = NO_WITNESS,
 ) -> ChainReport:
     """Check the file's hash chain exactly as `fsm-agent verify` checks a journal: the
     events' bytes are re-encoded as a journal stores them, then hashed (a keyed run's with
-    `key`, else the environment's: see `fsm_agent.journal.chain_key`)."""
+    `key`, else the environment's: see `fsm_agent.journal.chain_key`), and the run checked
+    against what `witness` saw of it."""
     hashes = (*run_file.chain, *[EventHash(None, None)] * len(run_file.events))
     version = chain_version(run_file.run.chain)
     base = base_of(run_file.events, version)
@@ -282,7 +285,9 @@ def verify_run_file(
     ]
     if key is None:
         key = key_from_env()
-    report = verify_chain(run_file.run, links, run_file.head_hash, key=key, record_file=record_file)
+    report = verify_chain(
+        run_file.run, links, run_file.head_hash, key=key, record_file=record_file, witness=witness
+    )
     copies = _copy_findings(run_file)
     if not copies:
         return report

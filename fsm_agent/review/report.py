@@ -160,8 +160,10 @@ def _chain_badge(chain: ChainReport | None) -> str:
     if chain.ok:
         keyed = ", keyed" if chain.mode == "keyed" else ""
         return badge(f"chain: ok ({chain.events} events{keyed})", True)
-    if not chain.findings:
+    if not chain.findings and not chain.checked:
         return badge("chain: keyed, not checked (key not given)", False)
+    if not chain.findings:
+        return badge(f"chain: not proven ({chain.unproven})", False)
     first = chain.findings[0]
     return badge(f"chain DOES NOT VERIFY at seq {first.seq} ({first.kind})", False)
 

@@ -27,6 +27,7 @@ from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.chain import verify_chain
 from fsm_agent.journal.store import Control, Event, RunRow, Store
+from fsm_agent.journal.witness import NO_WITNESS, Witness, read_log
 from fsm_agent.runtime.actions import (
     call_entry,
     failure_note,
@@ -148,10 +149,12 @@ def load_resumable(
     check_resumable(run, lease_held=lease_held)
     if not lease_held:
         _check_not_queued(store, run_id)
+    witness = _own_witness(store, run_id)
     chained_run, links, head = store.chain(run_id)
-    # the events, and the declaration it is resumed with against its sha256 (`machine_edited`)
-    report = verify_chain(chained_run, links, head, key=store.chain_key)
-    if not report.ok or head is None:
+    # the events, and the declaration it is resumed with against its sha256 (`machine_edited`),
+    # and against what this store's witness saw (a halted run reopened is not run again)
+    report = verify_chain(chained_run, links, head, key=store.chain_key, witness=witness)
+    if not report.intact or head is None:
         first = report.findings[0] if report.findings else None
         why = f"seq {first.seq}: {first.detail}" if first else (report.notes or ["no head hash"])[0]
         raise InvalidInputError(
@@ -160,6 +163,14 @@ def load_resumable(
         )
     spec = parse_machine(run.machine_text, source=f"{run.machine} (journaled with run {run_id})")
     return run, spec, store.events(run_id), head
+
+
+def _own_witness(store: Store, run_id: str) -> Witness:
+    """What the witness this store appends to saw of the run (none: no witness)."""
+    writer = getattr(store, "witness", None)
+    if writer is None:
+        return NO_WITNESS
+    return read_log([writer.path], store.chain_key, run_id=run_id, missing_ok=True)
 
 
 def restore_context(
