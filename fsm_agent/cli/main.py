@@ -28,7 +28,6 @@ from fsm_agent.cli.options import (
     journal_store,
     json_option,
     model_options,
-    read_journal,
     record_option,
     refuse_overlaps,
     shell_arg,
@@ -40,7 +39,6 @@ from fsm_agent.halt import run_exit_codes
 from fsm_agent.journal import serde
 from fsm_agent.journal.store import Event
 from fsm_agent.redaction import run_secrets
-from fsm_agent.run_ids import resolve_run_id
 from fsm_agent.runtime.contract import allow_list
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
 from fsm_agent.runtime.usage import UsageTotals
@@ -157,14 +155,11 @@ def run(
 @json_option
 @cli_errors
 def show(run_id: str, db: str, as_json: bool) -> None:
-    """Show one run: its halt record, then every transition with its guards."""
-    from fsm_agent.journal.chain import verify_run
+    """Show one run: its halt record, then every transition with its guards. RUN_ID is a
+    run id in the journal or a run file from `export`."""
+    from fsm_agent.cli.review import load_checked
 
-    with read_journal(db) as store:
-        run_id = resolve_run_id(store, run_id)
-        row = store.get_run(run_id)
-        events = store.events(run_id)
-        chain = verify_run(store, run_id)
+    row, events, chain = load_checked(run_id, db)
     from fsm_agent.review.usage import run_usage, usage_lines
 
     usage = run_usage(events)

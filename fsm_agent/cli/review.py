@@ -45,11 +45,11 @@ from fsm_agent.runtime.record import atomic_write_text
 
 def _load(source: str, db: str) -> tuple[RunRow, list[Event]]:
     """SOURCE is a run file (`export`'s output) or a run id in the journal at `db`."""
-    run, events, _ = _load_checked(source, db)
+    run, events, _ = load_checked(source, db)
     return run, events
 
 
-def _load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainReport]:
+def load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainReport]:
     """`_load`, with the verdict on the run's hash chain (a run file whose chain does not
     verify is refused when it is read, naming the seq)."""
     if names_a_file(source):
@@ -107,14 +107,17 @@ def replay(
     With budget flags or --machine it is a counterfactual: where would the run have halted?
     Exit code: 0 proven (or a counterfactual halt found), 1 diverged or needs unrecorded facts.
     """
-    run, events, chain = _load_checked(source, db)
+    run, events, chain = load_checked(source, db)
     machine = load_machine(machine_ref) if machine_ref else None
     report = with_chain(replay_events(run, events, machine=machine, budgets=budgets), chain)
     interactive = step_through and sys.stdin.isatty() and sys.stdout.isatty() and not as_json
+    if step_through and not interactive:
+        why = "--json prints every step" if as_json else "stdin and stdout are not a terminal"
+        click.echo(f"note: --step walks a terminal; {why}: every step is printed", err=True)
     if not as_json:
         kind = "counterfactual replay" if report.counterfactual else "replay"
         click.echo(f"{kind} of run {run.run_id} ({run.machine}, {len(events)} events)")
-    for step in report.steps:
+    for seen, step in enumerate(report.steps, start=1):
         if as_json:
             click.echo(json.dumps(serde.unstructure(step)))
             continue
@@ -124,6 +127,9 @@ def replay(
             key = click.getchar()
             click.echo("")
             if key in ("q", "Q"):
+                rest = len(report.steps) - seen
+                click.echo(f"quit after {seen} of {len(report.steps)} steps ({rest} not"
+                           " shown); the verdict re-decided them all:")  # fmt: skip
                 break
     if as_json:
         summary = {"summary": report.summary, "ok": report.ok,
@@ -262,7 +268,7 @@ def report_(source: str, output: str, db: str, as_json: bool) -> None:
     from fsm_agent.review.report import report_page, report_sections, write_report
 
     refuse_overlaps(db, {"--output": output}, {"SOURCE": source})
-    run, events, chain = _load_checked(source, db)
+    run, events, chain = load_checked(source, db)
     try:
         parts = report_sections(run, events, chain)
     except GraphvizMissing as exc:

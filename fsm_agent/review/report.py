@@ -18,6 +18,7 @@ import attrs
 
 from fsm_agent.declaration.load import parse_machine
 from fsm_agent.declaration.spec import MachineSpec
+from fsm_agent.halt import HaltReason
 from fsm_agent.journal.chain import ChainReport
 from fsm_agent.journal.store import Event, RunRow
 from fsm_agent.review.diagram import run_path, to_svg
@@ -38,10 +39,15 @@ from fsm_agent.review.report_html import (
 from fsm_agent.review.report_timeline import timeline_section
 from fsm_agent.review.report_usage import usage_section
 from fsm_agent.review.truth import Truth, headline_halt
-from fsm_agent.review.view import format_step
+from fsm_agent.review.view import call_kind, format_step
 from fsm_agent.runtime.budgets import dollars
 from fsm_agent.runtime.record import HaltRecord, atomic_write_text
 from fsm_agent.runtime.snapshot import SUCCESS_RULES
+
+#: The halts whose record's `error` is an error (for every other halt it says why).
+ERROR_HALTS = frozenset(
+    {HaltReason.TOOL_ERROR, HaltReason.INTERNAL_ERROR, HaltReason.JOURNAL_FAILED}
+)
 
 __all__ = ["ReportSections", "incident_report", "report_sections", "safe_svg", "write_report"]
 
@@ -66,7 +72,8 @@ def _halt_rows(rec: HaltRecord) -> list[tuple[str, str]]:
         rows.append(
             ("success rules", f"{rec.success_rules} (recorded before rules {SUCCESS_RULES})")
         )
-    rows += [("error", pre(rec.error))] if rec.error is not None else []
+    if rec.error is not None:  # the record's text of why it halted: an error only for errors
+        rows.append(("error" if rec.halt_reason in ERROR_HALTS else "why", pre(rec.error)))
     rows += [("signal", str(rec.signal))] if rec.signal is not None else []
     rows.append(("started / ended", f"{esc(rec.started_at)} → {esc(rec.ended_at)}"))
     return rows
@@ -91,8 +98,8 @@ def _handoff(rec: HaltRecord) -> str:
 def _tool_calls(rec: HaltRecord) -> str:
     """The record's last tool calls, one line each (the timeline has every detail)."""
     items = "".join(
-        f"<li>step {c.step}: <code>{esc(c.name)}</code>{'' if c.side_effect else ' (read)'}"
-        f" {esc(c.status)}"
+        f"<li>step {c.step}: <code>{esc(c.name)}</code>"
+        f"{call_kind(c.side_effect, c.status, c.error)} {esc(c.status)}"
         f"{' (outcome unknown)' if c.outcome_unknown else ''} · {receipts_html(c.receipts)}"
         f"{pre(excerpt(c.args))}{pre(c.error)}</li>"
         for c in rec.tool_calls

@@ -30,6 +30,21 @@ def receipts_text(receipts: Sequence[Receipt]) -> str:
     return ", ".join(f"{r.status} {r.id or '(no id)'}" for r in receipts)
 
 
+#: How the runtime words a call it refused before making it (`runtime.actions._run_tool`).
+_NOT_CALLED = ("was not called", "no registered tool")
+
+
+def call_kind(side_effect: bool, status: str, error: str | None) -> str:
+    """What a journaled call is, as a label after its name: nothing for a call with a side
+    effect, ` (not called)` for one refused before it was made (no side effect because
+    nothing ran), ` (read)` for a call of a tool declared a read."""
+    if side_effect:
+        return ""
+    if status == "failed" and error is not None and any(w in error for w in _NOT_CALLED):
+        return " (not called)"
+    return " (read)"
+
+
 def event_lines(e: Event) -> list[str]:
     """One journaled event as `show` lists it: the transition, its guards and note, then
     what the action produced — the model's reply, or the tool call with its arguments,
@@ -53,7 +68,7 @@ def event_lines(e: Event) -> list[str]:
             lines.append(f"{pad}model: {call_text(facts.usage, facts.reply_cost)}")
     if facts is not None and facts.tool is not None:
         t = facts.tool
-        kind = "" if t.side_effect else " (read)"
+        kind = call_kind(t.side_effect, t.status, t.error)
         lines.append(
             f"{pad}call: {t.name}({abridge(t.args, 100)}){kind} -> {t.status}, {t.duration_ms} ms;"
             f" receipts: {receipts_text(t.receipts)}"
