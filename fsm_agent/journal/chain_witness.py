@@ -79,21 +79,22 @@ def _check_sighting(
         )
     if s.seal is None:
         return
-    if run.status != "halted" or run.record is None:
+    if run.status != "halted":
         flag(
             "reopened",
             s.seq,
             f"the witness saw the run halt at seq {s.seq}, its record sealed ({s.where},"
-            f" {s.at}); the journal shows it {run.status} without that record",
+            f" {s.at}); the journal shows it {run.status}"
+            + ("" if run.record is None else " (and holds a record)"),
             FIELD,
         )
-    elif run.record_hash != s.seal:
-        flag(
+    elif run.record_hash is not None and run.record_hash != s.seal:  # (a removed seal or
+        flag(  # record is a finding of its own: unchained, record_missing)
             "rewritten",
             s.seq,
             f"the witness saw the run halt with seal {s.seal[:12]}… ({s.where}); the"
-            f" journal's record is sealed {str(run.record_hash)[:12]}…",
-            "runs.record_hash",
+            f" journal's record is sealed {run.record_hash[:12]}…: it was resealed",
+            FIELD,
         )
 
 
