@@ -126,6 +126,9 @@ def test_an_other_machine_that_leaves_the_recorded_path_names_the_missing_fact(
     assert "needs facts the journal does not hold, at seq 1" in last
     assert "now goes to 'review'; recorded 'tool_pending'" in last
     assert "what 'review' would have done next was never recorded" in last
+    # the first fact it lacks, not a later one: nothing past the recorded halt is named
+    assert "past the recorded halt" not in last
+    assert "model reply was never recorded" not in last
 
 
 def test_an_other_machine_with_another_initial_state_diverges_at_the_start(

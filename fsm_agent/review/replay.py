@@ -160,7 +160,7 @@ def _conclude(
         and recomputed == recorded
         and run.halt_reason == recorded
     )
-    summary = _summary(recorded, run.status, last, len(steps), ok)
+    summary = _summary(recorded, run.status, last, len(steps), ok, spec)
     if run.halt_reason != recorded:
         row = run.halt_reason.value if run.halt_reason else f"no halt ({run.status})"
         journaled = recorded.value if recorded else "no halt"
@@ -186,7 +186,12 @@ def journaled_halt(events: Sequence[Event]) -> HaltReason | None:
 
 
 def _summary(
-    recorded: HaltReason | None, status: str, last: StepReport | None, n: int, ok: bool
+    recorded: HaltReason | None,
+    status: str,
+    last: StepReport | None,
+    n: int,
+    ok: bool,
+    spec: MachineSpec,
 ) -> str:
     if last is None:
         return "the journal holds no events for this run"
@@ -198,14 +203,23 @@ def _summary(
     if last.verdict == "diverged":
         return f"diverges at {where}: {last.detail}"
     if last.verdict == "needs_facts":
-        return (
-            f"needs facts the journal does not hold, at {where}: {last.detail}; the run"
-            f" would go on past the recorded halt, and step {last.step + 1}'s model reply"
-            " was never recorded"
-        )
+        text = f"needs facts the journal does not hold, at {where}: {last.detail}"
+        if last.recorded_halt is None and last.recomputed_dest != last.dest:
+            return text  # it leaves the path mid-run: the detail names the first missing fact
+        return f"{text}; the run would go on past the recorded halt, and {_next_fact(last, spec)}"
     if recorded is None:
         return f"every recorded decision matches, but the run never halted (status {status})"
     return f"every decision matches, but the journaled halt {recorded} was not reached"
+
+
+def _next_fact(last: StepReport, spec: MachineSpec) -> str:
+    """The first fact a run that goes on past its recorded halt lacks: what the state it
+    would now be in does next."""
+    dest = last.recomputed_dest or last.source
+    state = next((st for st in spec.states if st.name == dest), None)
+    if state is None or state.action == "model":
+        return f"step {last.step + 1}'s model reply was never recorded"
+    return f"what {state.name!r} ({state.action}) would have done next was never recorded"
 
 
 def with_chain(report: ReplayReport, chain: ChainReport | None) -> ReplayReport:
