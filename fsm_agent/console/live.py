@@ -3,7 +3,8 @@
 The server polls the journal, cheaply: SQLite's `data_version` (one pragma, no read) says
 whether any process committed since the last look; only then are the run's row and its
 newest event read (two indexed rows). Any process or worker that journals the run is seen.
-The stream ends after the run's halt (or pause) is sent.
+The stream ends after the run's halt (or pause) is sent. What it sends is derived from what
+verifies, or marked: each state carries the run's truth (`fsm_agent.review.truth.run_now`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 
 from fsm_agent.journal.store import Store
+from fsm_agent.review.truth import run_now
 from fsm_agent.runtime.resume import shown_status
 
 T = TypeVar("T")
@@ -43,11 +45,13 @@ def _since_ms(wall_time: str, now: datetime.datetime) -> int:
 
 def live_state(store: Store, run_id: str) -> dict[str, Any]:
     """The run now: its state and status, `step n/max`, every meter against its budget,
-    the wall clock left (counted on from its newest event while it runs) and its halt."""
-    run = store.get_run(run_id)
-    last = store.last_event(run_id)
+    the wall clock left (counted on from its newest event while it runs; a run that has
+    ended shows what it used) and its halt; `verified` says whether its chain verifies
+    (`unverified`: the verdict when it does not). Read with `run_now`: a live run's state,
+    steps and meters are its newest chained event's, a halted run's its sealed record's."""
+    now = run_now(store, run_id)
+    run, last = now.row, now.last
     m, b = last.snapshot.meters, last.snapshot.budgets
-    status = shown_status(run)
     elapsed = m.elapsed_ms
     if run.status == "running":
         elapsed += _since_ms(last.wall_time, datetime.datetime.now(datetime.UTC))
@@ -57,19 +61,22 @@ def live_state(store: Store, run_id: str) -> dict[str, Any]:
     return {
         "run_id": run.run_id,
         "seq": last.seq,
-        "state": run.state if run.status == "halted" else last.dest,
-        "status": status,
+        "state": now.state,
+        "status": shown_status(run),
         "halt_reason": run.halt_reason.value if run.halt_reason else None,
-        "steps_used": m.steps_used,
+        "steps_used": now.steps_used,
         "max_steps": b.max_steps,
         "meters": [
-            {"name": "steps", "used": m.steps_used, "budget": b.max_steps},
+            {"name": "steps", "used": now.steps_used, "budget": b.max_steps},
             {"name": "retries", "used": m.retries_used, "budget": b.max_retries},
             {"name": "cost ($)", "used": round(m.cost, 6), "budget": b.max_cost},
             {"name": "wall clock (ms)", "used": elapsed, "budget": b.wall_clock_ms},
         ],
         "tool_calls": m.tool_calls,
+        "elapsed_ms": elapsed,
+        "wall_clock_ms": b.wall_clock_ms,
         "wall_clock_left_ms": max(0, b.wall_clock_ms - elapsed),
+        "clock": clock_text(run.status != "running", elapsed, b.wall_clock_ms),
         "last": {
             "seq": last.seq,
             "source": last.source,
@@ -79,7 +86,26 @@ def live_state(store: Store, run_id: str) -> dict[str, Any]:
             "note": last.note,
         },
         "ended": run.status != "running",
+        "verified": now.truth.ok,
+        "unverified": now.truth.why,
+        "unverified_note": None if now.truth.ok else unverified_note(now.truth.why),
     }
+
+
+def unverified_note(why: str | None) -> str:
+    """What the live panel says of a run whose chain does not verify."""
+    return (
+        "the lines here are the run's row and newest event as stored, which may have been"
+        f" edited: {why}"
+    )
+
+
+def clock_text(ended: bool, elapsed_ms: int, budget_ms: int) -> str:
+    """The wall clock as the panel words it: what is left while the run goes on (the page's
+    script counts it down between events), what was used once it has ended."""
+    if ended:
+        return f"wall clock used {elapsed_ms / 1000:.1f} s of {budget_ms // 1000} s"
+    return f"wall clock left {max(0, budget_ms - elapsed_ms) // 1000} s"
 
 
 def sse(data: dict[str, Any], event: str = "state") -> bytes:
@@ -100,7 +126,7 @@ async def stream(read: Reader, run_id: str, poll_s: float = POLL_S) -> AsyncIter
         if version is None or version != seen:
             seen = version
             state = await read(lambda s: live_state(s, run_id))
-            key = (state["seq"], state["status"], state["state"])
+            key = (state["seq"], state["status"], state["state"], state["unverified"])
             if key != sent:
                 sent, quiet = key, 0.0
                 yield sse(state)

@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
-from fsm_agent.console.queries import STATUSES, RunFilters, RunPage, run_cap
+from fsm_agent.console.queries import STATUSES, Listed, RunFilters, RunPage
 from fsm_agent.halt import HaltReason
-from fsm_agent.journal.store import RunRow
 from fsm_agent.review.report import ReportSections
 from fsm_agent.review.report_html import badge, esc
+from fsm_agent.review.truth import LEGEND, MARK
 from fsm_agent.runtime.budgets import BUDGET_NAMES
 from fsm_agent.runtime.resume import shown_status
 
@@ -76,24 +76,55 @@ def filter_form(f: RunFilters, raw: dict[str, str]) -> str:
     )
 
 
-def _run_row(r: RunRow) -> str:
+def unverified_badge(why: str | None) -> str:
+    """How a run whose chain does not verify is marked wherever it is shown (the chain's
+    verdict as its title)."""
+    return f'<span class="badge bad unverified" title="{esc(why or "")}">UNVERIFIED</span>'
+
+
+def _run_row(x: Listed) -> str:
+    r = x.row
     status = shown_status(r)
-    reason = r.halt_reason.value if r.halt_reason else "—"
-    ok = r.halt_reason is HaltReason.COMPLETED
+    reason = r.halt_reason.value if r.halt_reason else None
+    ok = r.halt_reason is HaltReason.COMPLETED and x.truth.ok
+    halt = "—" if reason is None else badge(reason, ok)
+    mark, css = "", ""
+    if not x.truth.ok:  # the row may have been edited: shown as what it says, marked
+        mark, css = " " + unverified_badge(x.truth.why), ' class="unverified"'
+        halt = f"{badge(reason + MARK, False)}" if reason else f"—{MARK}"
     task = r.task if len(r.task) <= TASK_EXCERPT else r.task[:TASK_EXCERPT] + "…"
     return (
-        f'<tr data-run="{esc(r.run_id)}"><td><a href="/runs/{esc(r.run_id)}">'
+        f'<tr data-run="{esc(r.run_id)}"{css}><td><a href="/runs/{esc(r.run_id)}">'
         f"<code>{esc(r.run_id)}</code></a></td><td>{esc(r.machine)}</td>"
-        f'<td><span class="status s-{esc(status)}">{esc(status)}</span></td>'
-        f"<td>{badge(reason, ok) if r.halt_reason else '—'}</td>"
-        f'<td class="num">{r.steps_used}/{run_cap(r)}</td>'
+        f'<td><span class="status s-{esc(status)}">{esc(status)}</span>{mark}</td>'
+        f'<td class="halt">{halt}</td>'
+        f'<td class="num">{x.steps_used}/{x.max_steps}</td>'
         f'<td class="nowrap">{esc(r.started_at)}</td><td class="task">{esc(task)}</td></tr>'
     )
 
 
-def runs_page(page: RunPage, f: RunFilters, raw: dict[str, str], acts: str, error: str) -> str:
+def run_rows(runs: Iterable[Listed]) -> str:
+    """The list's rows (the page's, and what its script draws again as runs move)."""
+    return "".join(_run_row(x) for x in runs)
+
+
+def legend(runs: Iterable[Listed]) -> str:
+    """What `!` and UNVERIFIED mean, when a row shown has them."""
+    doubtful = sum(1 for x in runs if not x.truth.ok)
+    if not doubtful:
+        return ""
+    return f'<p class="bad" id="unverified-legend">{doubtful} row(s) {esc(LEGEND)}</p>'
+
+
+def runs_page(
+    page: RunPage,
+    runs: tuple[Listed, ...],
+    f: RunFilters,
+    raw: dict[str, str],
+    acts: str,
+    error: str,
+) -> str:
     """The list body: filters, a page of runs, and the link to the next page."""
-    rows = "".join(_run_row(r) for r in page.runs)
     head = (
         "<tr><th>run</th><th>machine</th><th>status</th><th>halt</th><th>steps</th>"
         "<th>started (UTC)</th><th>task</th></tr>"
@@ -108,7 +139,8 @@ def runs_page(page: RunPage, f: RunFilters, raw: dict[str, str], acts: str, erro
     problem = f'<p class="bad" id="filter-error">{esc(error)}</p>' if error else ""
     return (
         f"<h1>Runs</h1>{filter_form(f, raw)}{problem}{acts}"
-        f'<table id="runs"><thead>{head}</thead><tbody>{rows}</tbody></table>'
+        f'<div id="legend">{legend(runs)}</div>'
+        f'<table id="runs"><thead>{head}</thead><tbody>{run_rows(runs)}</tbody></table>'
         f'{empty}<p class="pager">{more}</p>'
     )
 
@@ -122,9 +154,17 @@ def _meter(m: dict[str, Any]) -> str:
     )
 
 
+def live_unverified(state: dict[str, Any]) -> str:
+    """The live panel's mark of a run whose chain does not verify (empty when it does)."""
+    if state["verified"]:
+        return ""
+    return f"{unverified_badge(state['unverified'])} {esc(state['unverified_note'])}"
+
+
 def live_panel(state: dict[str, Any]) -> str:
-    """The run now: state, step n/max, each meter against its budget, wall clock left.
-    The script keeps it up to date from the run's event stream while the run is live."""
+    """The run now: state, step n/max, each meter against its budget, the wall clock (left
+    while it runs, used once it ended), and whether it verifies. The script keeps it up to
+    date from the run's event stream while the run is live."""
     meters = "".join(_meter(m) for m in state["meters"])
     halt = state["halt_reason"] or "—"
     log = (
@@ -134,12 +174,14 @@ def live_panel(state: dict[str, Any]) -> str:
         f'<p class="muted">The report below is as of seq {state["seq"]}; it is drawn again'
         " when the run ends.</p>"
     )
+    css = "" if state["verified"] else ' class="unverified"'
     return (
-        f'<section id="live" data-ended="{int(state["ended"])}"><h2>Now</h2>'
+        f'<section id="live"{css} data-ended="{int(state["ended"])}"><h2>Now</h2>'
+        f'<p id="live-unverified" class="bad">{live_unverified(state)}</p>'
         f'<p class="live-line"><span id="live-status" class="status s-{esc(state["status"])}">'
         f'{esc(state["status"])}</span> in <code id="live-state">{esc(state["state"])}</code>'
         f' · <strong id="live-step">step {state["steps_used"]}/{state["max_steps"]}</strong>'
-        f' · wall clock left <span id="live-left">{state["wall_clock_left_ms"] // 1000} s</span>'
+        f' · <span id="live-clock">{esc(state["clock"])}</span>'
         f' · halt <span id="live-halt">{esc(halt)}</span> · seq <span id="live-seq">'
         f'{state["seq"]}</span></p><div id="meters">{meters}</div>{log}</section>'
     )

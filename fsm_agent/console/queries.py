@@ -6,6 +6,11 @@ The run list pages by key (`Store.list_runs(before=…)`): a cursor is the (star
 run_id) of the last run shown, so a deep page reads what the first one does. `running` and
 `interrupted` are one status in the journal, told apart by the run's process: those pages
 read the journal's running runs a page at a time, by key, until one is full.
+
+Nothing unverified is shown as fact (`fsm_agent.review.truth`): each run listed carries its
+truth and shows a live run's state and steps from its newest chained event (the row's
+columns of a live run are not chained); the charts count only runs whose chain verifies,
+and say how many they left out.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import attrs
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import serde
 from fsm_agent.journal.store import Event, RunRow, RunSummary, Store
+from fsm_agent.review.truth import Truth, Truths, run_now
 from fsm_agent.review.usage import run_usage
 from fsm_agent.runtime.resume import shown_status
 
@@ -69,6 +75,32 @@ def run_page(
     rows = rows[:size]
     nxt = (rows[-1].started_at, rows[-1].run_id) if more and rows else None
     return RunPage(tuple(rows), nxt)
+
+
+@attrs.frozen
+class Listed:
+    """One run as the list shows it: its row, its truth, and where it stands (a halted
+    run's row, else its newest chained event's state, steps and step cap)."""
+
+    row: RunRow
+    truth: Truth
+    state: str
+    steps_used: int
+    max_steps: int
+
+
+def listed(store: Store, rows: Sequence[RunRow], known: Truths) -> tuple[Listed, ...]:
+    """`rows` as the list shows them (see `Listed`)."""
+    verdicts = known.of(store, [r.run_id for r in rows if r.status == "halted"])
+    found = []
+    for r in rows:
+        if r.status == "halted":
+            found.append(Listed(r, verdicts[r.run_id], r.state, r.steps_used, run_cap(r)))
+            continue
+        now = run_now(store, r.run_id)  # the row's state and steps of a live run are not chained
+        cap = now.last.snapshot.budgets.max_steps
+        found.append(Listed(now.row, now.truth, now.state, now.steps_used, cap))
+    return tuple(found)
 
 
 def _live_rows(store: Store, status: str, wanted: int, common: dict[str, Any]) -> list[RunRow]:
@@ -159,17 +191,23 @@ def _cost(runs: Sequence[RunSummary]) -> dict[str, Any]:
 
 
 class ToolTimes:
-    """The slowest tools over the newest halted runs. A halted run's events never change,
-    so each run's tool times are read once and kept (a bounded cache)."""
+    """The slowest tools over the newest halted runs whose chain verifies (the others'
+    events may have been edited). A halted run's events never change but by tampering,
+    which its truth shows, so each run's tool times are read once and kept (a bounded
+    cache)."""
 
     def __init__(self, window: int = TOOL_WINDOW) -> None:
         self.window = window
         self._runs: OrderedDict[str, dict[str, tuple[int, int, int]]] = OrderedDict()
 
-    def slowest(self, store: Store) -> list[dict[str, Any]]:
+    def slowest(self, store: Store, known: Truths) -> list[dict[str, Any]]:
         """Per tool: calls, total and max ms over the window, slowest (max) first."""
         totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-        for run in store.list_runs(self.window, status="halted"):
+        runs = store.list_runs(self.window, status="halted")
+        verdicts = known.of(store, [r.run_id for r in runs])
+        for run in runs:
+            if not verdicts[run.run_id].ok:
+                continue
             for name, (calls, total, most) in self._of(store, run.run_id).items():
                 t = totals[name]
                 t[0], t[1], t[2] = t[0] + calls, t[1] + total, max(t[2], most)
@@ -189,14 +227,24 @@ class ToolTimes:
         return found
 
 
-def chart_data(store: Store, since: str | None, tools: ToolTimes) -> dict[str, Any]:
-    """Everything the charts page draws, for the runs started at or after `since`."""
-    runs = store.run_summaries(since=since)
+def chart_data(store: Store, since: str | None, tools: ToolTimes, known: Truths) -> dict[str, Any]:
+    """Everything the charts page draws, for the runs started at or after `since` whose
+    chain verifies; `unverified` counts the others, which are in no chart."""
+    every = store.run_summaries(since=since)
+    verdicts = known.of(store, [r.run_id for r in every])
+    runs = [r for r in every if verdicts[r.run_id].ok]
+    doubtful = len(every) - len(runs)
+    note = (
+        f"{doubtful} more UNVERIFIED: their chains do not verify (or the key was not given),"
+        " so they are in no chart; `fsm-agent verify --all` says why"
+    )
     return {
         "runs": len(runs),
+        "unverified": doubtful,
+        "unverified_note": note if doubtful else None,
         "over_time": _over_time(runs),
         "per_machine": _per_machine(runs),
         "steps_share": _steps_share(runs),
         "cost": _cost(runs),
-        "tools": tools.slowest(store),
+        "tools": tools.slowest(store, known),
     }

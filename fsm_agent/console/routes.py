@@ -20,9 +20,12 @@ from fsm_agent.console import pages
 from fsm_agent.console.live import live_state, stream
 from fsm_agent.console.queries import (
     STATUSES,
+    Listed,
     RunFilters,
+    RunPage,
     ToolTimes,
     chart_data,
+    listed,
     run_page,
     step_detail,
 )
@@ -31,6 +34,7 @@ from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import Store
 from fsm_agent.review.report_html import CSS as REPORT_CSS
 from fsm_agent.review.report_html import esc
+from fsm_agent.review.truth import Truths
 from fsm_agent.run_ids import RunNotFound
 
 T = TypeVar("T")
@@ -46,6 +50,8 @@ class Journal:
         self.store = store
         self.lock = threading.Lock()
         self.tools = ToolTimes()
+        #: the verdicts on the runs' chains, kept while the journal does not change
+        self.truths = Truths()
 
     def _locked(self, fn: Callable[[Store], T]) -> T:
         with self.lock:
@@ -140,9 +146,15 @@ class Endpoints:
             f, cursor = _filters(raw)
         except InvalidInputError as exc:
             f, cursor, error = RunFilters(), None, str(exc)
-        found = await self.journal.read(lambda s: run_page(s, f, cursor))
+        known = self.journal.truths
+
+        def read(s: Store) -> tuple[RunPage, tuple[Listed, ...]]:
+            found = run_page(s, f, cursor)
+            return found, listed(s, found.runs, known)
+
+        found, runs = await self.journal.read(read)
         acts = pages.routing_acts() if self.guard else ""
-        body = pages.runs_page(found, f, raw, acts, error)
+        body = pages.runs_page(found, runs, f, raw, acts, error)
         return self._html("fsm-agent console: runs", "runs", body, 400 if error else 200)
 
     async def one_run(self, request: Request) -> Response:
@@ -191,8 +203,8 @@ class Endpoints:
             since = time_key(request.query_params.get("since") or DEFAULT_SINCE)
         except InvalidInputError as exc:
             return json_response({"error": str(exc)}, 400)
-        tools = self.journal.tools
-        return json_response(await self.journal.read(lambda s: chart_data(s, since, tools)))
+        tools, known = self.journal.tools, self.journal.truths
+        return json_response(await self.journal.read(lambda s: chart_data(s, since, tools, known)))
 
     async def report_css(self, request: Request) -> Response:
         """The incident report's stylesheet, the one the offline report inlines."""

@@ -68,6 +68,17 @@
     set("live-state", state.state);
     set("live-step", "step " + state.steps_used + "/" + state.max_steps);
     set("live-halt", state.halt_reason || "—");
+    const live = document.getElementById("live");
+    if (live) live.classList.toggle("unverified", !state.verified);
+    const doubt = document.getElementById("live-unverified");
+    if (doubt) {
+      doubt.replaceChildren();
+      if (!state.verified) {
+        const mark = el("span", "UNVERIFIED", "badge bad unverified");
+        mark.title = state.unverified || "";
+        doubt.append(mark, " " + state.unverified_note);
+      }
+    }
     const log = document.getElementById("live-log");
     if (log && state.seq !== lastSeq && lastSeq !== null) {
       const t = state.last;
@@ -77,8 +88,8 @@
     }
     lastSeq = state.seq;
     set("live-seq", state.seq);
-    left = state.wall_clock_left_ms;
-    set("live-left", Math.floor(left / 1000) + " s");
+    left = state.ended ? null : state.wall_clock_left_ms;
+    set("live-clock", state.clock);
     for (const m of state.meters) {
       const box = Array.from(document.querySelectorAll("#meters .meter")).find(
         (b) => b.dataset.meter === m.name
@@ -97,8 +108,8 @@
     const live = document.getElementById("live");
     if (!live || live.dataset.ended === "1" || left === null) return;
     left = Math.max(0, left - 1000);
-    const node = document.getElementById("live-left");
-    if (node) node.textContent = Math.floor(left / 1000) + " s";
+    const node = document.getElementById("live-clock");
+    if (node) node.textContent = "wall clock left " + Math.floor(left / 1000) + " s";
   }
 
   function followLive(runId) {
@@ -228,7 +239,9 @@
       summary.textContent = "refused: " + data.error;
       return;
     }
-    summary.textContent = data.runs + " runs started since " + since;
+    summary.textContent = data.runs + " runs started since " + since +
+      (data.unverified_note ? " · " + data.unverified_note : "");
+    summary.classList.toggle("bad", data.unverified > 0);
     bars("chart-over-time", data.over_time.labels, data.over_time.series, true, false);
     bars("chart-per-machine", data.per_machine.labels, data.per_machine.series, true, false);
     bars("chart-steps-share", data.steps_share.labels, data.steps_share.series, false, false);
