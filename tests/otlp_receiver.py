@@ -1,8 +1,8 @@
 """A real OTLP/HTTP receiver for the trace tests, on 127.0.0.1 in a thread.
 
 It takes `POST /v1/traces` (protobuf `ExportTraceServiceRequest`) and keeps every span it
-was sent; with `hang_s` it accepts each request and answers only after that long (a backend
-that is up but never answers in time).
+was sent, and every request's body as it came; with `hang_s` it accepts each request and
+answers only after that long (a backend that is up but never answers in time).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
 
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.server.count(self.path, dict(self.headers))
+        self.server.count(self.path, dict(self.headers), body)
         if self.server.hang_s:
             time.sleep(self.server.hang_s)
         request = ExportTraceServiceRequest()
@@ -44,8 +44,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class OtlpReceiver(ThreadingHTTPServer):
-    """The receiver: `requests` counts every request, `spans` holds what was sent
-    (each span as a dict with its resource and scope)."""
+    """The receiver: `requests` counts every request, `bodies` holds their bodies' bytes,
+    `spans` holds what was sent (each span as a dict with its resource and scope)."""
 
     daemon_threads = True
 
@@ -53,6 +53,7 @@ class OtlpReceiver(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.hang_s = hang_s
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.bodies: list[bytes] = []
         self.spans: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
@@ -61,9 +62,10 @@ class OtlpReceiver(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def count(self, path: str, headers: dict[str, str]) -> None:
+    def count(self, path: str, headers: dict[str, str], body: bytes) -> None:
         with self._lock:
             self.requests.append((path, headers))
+            self.bodies.append(body)
 
     def keep(self, request: Any) -> None:
         found = []

@@ -17,10 +17,14 @@ import datetime
 import html
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,6 +32,8 @@ from hypothesis import strategies as st
 from fsm_agent.redaction import Redactor, Secret
 from fsm_agent.runtime.outcomes import NOT_KEPT, PREVIEW_CHARS, jsonable
 from fsm_agent.runtime.usage import MAX_NAME_CHARS, ModelUsage, call_usage
+from tests.console_server import console
+from tests.otlp_receiver import otlp_receiver
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_ENV = "FSM_TEST_FORMS_KEY"
@@ -246,3 +252,291 @@ def test_a_model_name_is_cut_only_once_it_is_redacted() -> None:
     assert len(cut.response_model) <= MAX_NAME_CHARS
     assert cut.response_id == MARKER * 3
     assert leaked(json.dumps([cut.response_model, cut.response_id]).encode()) == []
+
+
+# --- real runs: nothing that leaves holds a piece ----------------------------------------
+
+TOOLS_MODULE = '''\
+"""Tools that hand the secret back in every form a careless tool might."""
+
+import base64
+import datetime
+import os
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+from fsm_agent import Receipt, ToolError, ToolRegistry, ToolResult
+from tests.test_secret_forms import Holder, emitted
+
+TOOLS = ToolRegistry()
+KEY = os.environ["FSM_TEST_FORMS_KEY"]
+DATA = KEY.encode()
+
+
+@TOOLS.tool(side_effect=False)
+def fetch_auth() -> ToolResult:
+    """Not JSON data (a date): kept as a preview."""
+    return ToolResult(observation={"auth": KEY, "fetched": datetime.date(2026, 12, 3)})
+
+
+@TOOLS.tool(side_effect=False)
+def big_blob() -> ToolResult:
+    """Over 1,000,000 characters: kept as a preview."""
+    return ToolResult(observation="x" * 150 + KEY + "y" * 1_000_000)
+
+
+@TOOLS.tool(side_effect=False)
+def encodings() -> ToolResult:
+    """Every form, as plain JSON data (kept as is, redacted)."""
+    return ToolResult(observation={**emitted(KEY), "header": "Basic " + emitted(KEY)["as is"]})
+
+
+@TOOLS.tool(side_effect=False)
+def a_set() -> ToolResult:
+    return ToolResult(observation={KEY, "other"})
+
+
+@TOOLS.tool(side_effect=False)
+def an_object() -> ToolResult:
+    return ToolResult(observation=Holder())
+
+
+@TOOLS.tool(side_effect=False)
+def raw_bytes() -> ToolResult:
+    return ToolResult(observation=b"\\xff\\xfe" + DATA)
+
+
+@TOOLS.tool(side_effect=False)
+def failing() -> ToolResult:
+    basic = base64.b64encode(b"user:" + DATA).decode()
+    raise ToolError(f"401 for Basic {basic} (key {KEY.upper()})", retryable=True)
+
+
+@TOOLS.tool(side_effect=False)
+def receipted(token: str = "") -> ToolResult:
+    return ToolResult(
+        receipts=(Receipt(status=200, id=f"tok:{DATA.hex()}", checksum=KEY.lower()),),
+        observation={"token": token, "echo": base64.urlsafe_b64encode(DATA).decode()},
+        final=f"signed in with {quote(KEY, safe='')}",
+    )
+
+
+@TOOLS.tool(side_effect=False)
+def hang() -> ToolResult:
+    """Says it has begun, then waits to be killed (so the journal's WAL is left behind)."""
+    Path("hanging").write_text("now", encoding="utf-8")
+    time.sleep(300)
+    return ToolResult(observation="woke up")
+'''
+
+MODEL_MODULE = '''\
+"""A model adapter that replies with what is not JSON data, each holding the secret."""
+
+import datetime
+import os
+
+from tests.test_secret_forms import Holder
+
+KEY = os.environ["FSM_TEST_FORMS_KEY"]
+REPLIES = [
+    {"auth": KEY, "fetched": datetime.date(2026, 12, 3)},
+    {KEY},
+    Holder(),
+    b"\\xff" + KEY.encode(),
+    "z" * 150 + KEY + "z" * 1_000_000,
+]
+
+
+def reply(prompt):
+    return REPLIES[min(prompt.step, len(REPLIES)) - 1]
+'''
+
+ACTION_MODULE = '''\
+"""A user action whose result is not JSON data, and a guard that raises quoting the secret."""
+
+import datetime
+import os
+
+from fsm_agent import ToolResult
+from fsm_agent.runtime.actions import ActionResult
+
+KEY = os.environ["FSM_TEST_FORMS_KEY"]
+
+
+def fetch(snapshot):
+    observation = {"auth": KEY.upper(), "at": datetime.date(2026, 12, 3)}
+    return ActionResult("fetched", ToolResult(observation=observation))
+
+
+def boom(snapshot):
+    raise RuntimeError(f"cannot decide with token {KEY.encode().hex()}")
+'''
+
+ACTION_MACHINE = """\
+name: leaky_action
+description: a user action that returns the secret, and a guard that raises quoting it
+initial: fetching
+budgets: {max_steps: 2, wall_clock_ms: 30000, max_cost: 0.5, tool_timeout_ms: 10000,
+          max_retries: 0}
+states:
+  fetching: {action: "leaky_actions:fetch", outcomes: [fetched]}
+  done: {terminal: true}
+  budget_exhausted: {terminal: true}
+  handoff: {terminal: true}
+transitions:
+  - {trigger: fetched, source: fetching, dest: handoff, guards: ["leaky_actions:boom"],
+     halt: handoff_requested}
+  - {trigger: fetched, source: fetching, dest: done, halt: completed}
+  - {trigger: failed, source: fetching, dest: handoff, halt: tool_error}
+  - {trigger: timed_out, source: fetching, dest: budget_exhausted, halt: tool_timeout}
+"""
+
+
+def _call(name: str, **args: Any) -> dict[str, Any]:
+    return {"tool_call": {"name": name, "args": args}}
+
+
+#: The scripted model: each leaky tool, then replies that hold the secret (a reply over
+#: 1,000,000 characters, an answer in hex and URL-safe base64), then the receipted call
+#: that ends the run done.
+REPLIES: list[Any] = [
+    _call("fetch_auth"),
+    _call("big_blob"),
+    _call("encodings"),
+    _call("a_set"),
+    _call("an_object"),
+    _call("raw_bytes"),
+    _call("failing"),
+    "z" * 150 + KEY + "z" * 1_000_000,
+    {"answer": f"{KEY.encode().hex()} / {base64.urlsafe_b64encode(KEY.encode()).decode()}"},
+    _call("receipted", token=quote(KEY, safe="")),
+]
+TOOL_NAMES = "fetch_auth,big_blob,encodings,a_set,an_object,raw_bytes,failing,receipted"
+
+
+def fsm(cwd: Path, *args: str, env: dict[str, str], ok: tuple[int, ...] = (0,)) -> bytes:
+    """`fsm-agent ARGS…` as a subprocess in `cwd`; what it printed (stdout and stderr)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "fsm_agent", *args], cwd=cwd, env=env, capture_output=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode in ok, (args, done.returncode, done.stderr.decode()[-2000:])
+    return done.stdout + done.stderr
+
+
+def journal_bytes(tmp_path: Path, name: str = "j.db") -> bytes:
+    """The journal as a reader of the disk finds it: the SQLite file, its WAL (and shm)."""
+    return b"".join(p.read_bytes() for p in sorted(tmp_path.glob(f"{name}*")))
+
+
+def killed_midway(tmp_path: Path, env: dict[str, str]) -> dict[str, bytes]:
+    """A run killed (SIGKILL) while a tool runs, after leaky tools and a failing one: the
+    journal it leaves, its WAL not checkpointed into the file."""
+    replies = [_call("fetch_auth"), _call("encodings"), _call("failing"), _call("big_blob"),
+               _call("hang")]  # fmt: skip
+    (tmp_path / "killed.json").write_text(json.dumps(replies), encoding="utf-8")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fsm_agent", "run", "agent_loop", "--task", KEY, "--model",
+         "scripted:killed.json", "--tools", "leaky_tools", "--allow",
+         "fetch_auth,encodings,failing,big_blob,hang", "--secret-env", KEY_ENV, "--db", "k.db",
+         "--record", "k.json", "--tool-timeout-ms", "600000", "--wall-clock-ms", "600000"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "hanging").exists():
+            assert process.poll() is None, "the run ended before its last tool"
+            assert time.monotonic() < deadline, "the run never reached its last tool"
+            time.sleep(0.05)
+    finally:
+        process.kill()
+        process.wait(30)
+    wal = tmp_path / "k.db-wal"
+    assert wal.exists(), "a killed writer leaves its WAL"
+    assert wal.stat().st_size > 0
+    assert MARKER.encode() in wal.read_bytes()  # its frames hold the redacted steps
+    return {"journal of a killed run (file, WAL)": journal_bytes(tmp_path, "k.db")}
+
+
+def console_pages(db: Path, run_ids: list[str]) -> dict[str, bytes]:
+    """Every page the console serves of the runs: the list, the charts and their data, each
+    run's page, each step's detail and the live stream (to its end)."""
+    found: dict[str, bytes] = {}
+    with console(db) as c, httpx.Client(base_url=c.url, timeout=60) as client:
+        for path in ("/", "/charts", "/api/charts", "/?q=sk-live"):
+            found[f"console {path}"] = client.get(path).content
+        for run_id in run_ids:
+            page = client.get(f"/runs/{run_id}")
+            assert page.status_code == 200
+            found[f"console run {run_id}"] = page.content
+            seq = 0
+            while (step := client.get(f"/api/runs/{run_id}/events/{seq}")).status_code == 200:
+                found[f"console step {run_id}/{seq}"] = step.content
+                seq += 1
+            assert seq > 1, f"no steps of {run_id}"
+            found[f"console live {run_id}"] = client.get(f"/api/runs/{run_id}/live").content
+    return found
+
+
+def test_no_piece_of_a_secret_leaves_a_run_in_any_form(tmp_path: Path) -> None:
+    (tmp_path / "leaky_tools.py").write_text(TOOLS_MODULE, encoding="utf-8")
+    (tmp_path / "leaky_model.py").write_text(MODEL_MODULE, encoding="utf-8")
+    (tmp_path / "leaky_actions.py").write_text(ACTION_MODULE, encoding="utf-8")
+    (tmp_path / "leaky_action.yaml").write_text(ACTION_MACHINE, encoding="utf-8")
+    (tmp_path / "replies.json").write_text(json.dumps(REPLIES), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FSM_AGENT_"))}
+    env |= {KEY_ENV: KEY, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    task = f"Sign in: the key is {base64.b64encode(KEY.encode()).decode()}"
+    common = ("--secret-env", KEY_ENV, "--db", "j.db", "--otel", "--otel-content")
+    found: dict[str, bytes] = {}
+    with otlp_receiver() as receiver:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
+        found["run (scripted, tools)"] = fsm(
+            tmp_path, "run", "agent_loop", "--task", task, "--model", "scripted:replies.json",
+            "--tools", "leaky_tools", "--allow", TOOL_NAMES, "--record", "a.json",
+            "--trace-copy", "a-trace.json", "--max-steps", "12", "--max-retries", "4",
+            "--wall-clock-ms", "120000", *common, env=env,
+        )  # fmt: skip
+        found["run (python model)"] = fsm(
+            tmp_path, "run", "agent_loop", "--task", KEY.lower(), "--model",
+            "python:leaky_model:reply", "--record", "b.json", "--max-steps", "8",
+            "--max-retries", "4", "--wall-clock-ms", "120000", *common, env=env, ok=(3, 4),
+        )  # fmt: skip
+        found["run (user action, raising guard)"] = fsm(
+            tmp_path, "run", "leaky_action.yaml", "--task", "t", "--model",
+            "scripted:replies.json", "--record", "c.json", *common, env=env, ok=(70,),
+        )  # fmt: skip
+        found["journal, after the runs"] = journal_bytes(tmp_path)
+        run_ids = [json.loads((tmp_path / f"{n}.json").read_bytes())["run_id"] for n in "abc"]
+        fsm(tmp_path, "export-traces", "--all", "--content", "--db", "j.db", env=env)
+        found |= {f"OTLP body {i}": body for i, body in enumerate(receiver.bodies)}
+        assert len(receiver.spans) > 40  # live and exported: every step of the three runs
+    found |= {f"{n}.json": (tmp_path / f"{n}.json").read_bytes() for n in ("a", "b", "c")}
+    found["trace copy"] = (tmp_path / "a-trace.json").read_bytes()
+    for i, run_id in enumerate(run_ids):
+        exported, report = tmp_path / f"run-{i}.json", tmp_path / f"report-{i}.html"
+        fsm(tmp_path, "export", run_id, "-o", exported.name, "--db", "j.db", env=env)
+        fsm(tmp_path, "report", run_id, "-o", report.name, "--db", "j.db", env=env)
+        found[f"run file {i}"], found[f"report {i}"] = exported.read_bytes(), report.read_bytes()
+        for how in (("--json",), ()):
+            found[f"show {i} {how}"] = fsm(tmp_path, "show", run_id, *how, "--db", "j.db", env=env)
+        found[f"replay {i}"] = fsm(tmp_path, "replay", run_id, "--db", "j.db", env=env, ok=(0, 3))
+    found["runs"] = fsm(tmp_path, "runs", "--db", "j.db", env=env)
+    found |= console_pages(tmp_path / "j.db", run_ids)
+    found["journal, at the end"] = journal_bytes(tmp_path)
+    found |= killed_midway(tmp_path, env)
+
+    # Every leak path was taken, and redacted: the record of each run says so.
+    a, b, c = (json.loads(found[f"{n}.json"]) for n in "abc")
+    assert a["halt_reason"] == "completed"
+    assert [t["name"] for t in a["tool_calls"]] == TOOL_NAMES.split(",")
+    assert b["halt_reason"] == "schema_fail"
+    assert c["halt_reason"] == "internal_error"
+    assert MARKER in c["error"]
+    journal = found["journal, at the end"]
+    assert journal.count(MARKER.encode()) > 20
+    # a preview of each value not kept as is: 5 tool results, 6 replies, 1 action's result
+    assert journal.count(NOT_KEPT.encode()) >= 12
+    leaks = {where: pieces for where, content in found.items() if (pieces := leaked(content))}
+    assert leaks == {}
