@@ -263,3 +263,41 @@ def test_a_live_run_witnessed_at_its_head_is_ok_and_cut_back_is_truncated(
     code, [report] = verify(db, record.run_id, "--witness", str(path))
     assert kinds(report) == [("truncated", 3, "witness")]
     os.chmod(path, 0o600)
+
+
+# --- anchor: witnessing runs written before the witness ----------------------------------------
+
+
+def test_anchor_witnesses_runs_written_without_one_and_refuses_a_tampered_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    monkeypatch.delenv(WITNESS_ENV, raising=False)
+    done = lab_run(tmp_path, [LOOKUP, ANSWER]).run_id  # no witness while these ran
+    killed = lab_run(tmp_path, [LOOKUP, ANSWER]).run_id
+    db, path = tmp_path / "j.db", tmp_path / "anchor.log"
+    unseal = (
+        "UPDATE runs SET status = 'running', record = NULL, record_hash = NULL,"
+        " halt_reason = NULL, ended_at = NULL WHERE run_id = "
+    )
+    insider(db, f"{unseal}'{killed}'")
+    assert verify(db, killed)[1][0]["unproven"] is not None
+    result = invoke("anchor", "--all", "--db", str(db), "--witness", str(path))
+    assert result.exit_code == 0, result.output
+    assert f"anchored  {done}  at seq 4 (halted, sealed)" in result.output
+    assert f"anchored  {killed}  at seq 4 (not halted)" in result.output
+    assert result.output.splitlines()[-1] == f"anchored 2 of 2 runs in {path}"
+    assert verify(db, "--all", "--witness", str(path))[0] == 0  # the killed run: proven now
+    insider(db, f"DELETE FROM events WHERE run_id = '{done}' AND seq > 2", f"{unseal}'{done}'")  # noqa: S608
+    code, reports = verify(db, done, "--witness", str(path))
+    assert code == 1
+    assert kinds(reports[0]) == [("truncated", 3, "witness"), ("reopened", 4, "witness")]
+    again = invoke("anchor", done, "--db", str(db), "--witness", str(path), "--json")
+    assert again.exit_code == 1  # a run the witness shows cut back is not anchored again
+    data = json.loads(again.output)
+    assert (data["anchored"], data["refused"][0]["run_id"]) == ([], done)
+    assert len(path.read_text().splitlines()) == 2
+    keyless = invoke("anchor", "--all", "--db", str(db), "--witness", str(path),
+                     env={KEY_ENV: None})  # fmt: skip
+    assert keyless.exit_code == 2
+    assert "signed with the chain key" in keyless.output

@@ -283,6 +283,7 @@ def main() -> None:
 
 # The listing, incident-review, operations, schema, check, console, simulate and traces
 # commands register themselves on `cli`.
+from fsm_agent.cli import anchor as cli_anchor  # noqa: E402, F401
 from fsm_agent.cli import check as cli_check  # noqa: E402, F401
 from fsm_agent.cli import console as cli_console  # noqa: E402, F401
 from fsm_agent.cli import ops as cli_ops  # noqa: E402, F401
