@@ -540,3 +540,20 @@ def test_no_piece_of_a_secret_leaves_a_run_in_any_form(tmp_path: Path) -> None:
     assert journal.count(NOT_KEPT.encode()) >= 12
     leaks = {where: pieces for where, content in found.items() if (pieces := leaked(content))}
     assert leaks == {}
+
+
+def test_a_queued_task_is_redacted_before_it_is_stored(tmp_path: Path) -> None:
+    env = {**os.environ, KEY_ENV: KEY, "PYTHONPATH": str(ROOT)}
+    task = "Sign in with " + " or ".join(emitted(KEY).values())
+    run_id = fsm(tmp_path, "submit", "agent_loop", "--task", task, "--secret-env", KEY_ENV,
+                 "--db", "q.db", env=env).decode().strip()  # fmt: skip
+    queued = journal_bytes(tmp_path, "q.db")
+    assert queued.count(MARKER.encode()) >= len(emitted(KEY))
+    assert leaked(queued) == []
+    listed = fsm(tmp_path, "queue", "--db", "q.db", "--json", env=env)
+    assert run_id.encode() in listed
+    assert leaked(listed) == []
+    unset = {k: v for k, v in env.items() if k != KEY_ENV}
+    fsm(tmp_path, "submit", "agent_loop", "--task", "t", "--secret-env", KEY_ENV, "--db",
+        "r.db", env=unset, ok=(2,))  # fmt: skip
+    assert not (tmp_path / "r.db").exists()

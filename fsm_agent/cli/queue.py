@@ -51,6 +51,15 @@ from fsm_agent.run_ids import check_run_id, shown_run_id
     help="The run's id (default: 12 random hex digits): 1 to 64 of A-Z a-z 0-9 . _ -, a letter"
     " or digit first; refused if the journal has it already.",
 )
+@click.option(
+    "--secret-env",
+    "secret_env",
+    metavar="NAME",
+    multiple=True,
+    help="The NAME of an environment variable whose value is a secret: redacted as"
+    " [redacted:NAME] from the task before it is queued (give it to the worker too, for"
+    " what the run gets back). Repeatable.",
+)
 @db_option
 @json_option
 @cli_errors
@@ -59,6 +68,7 @@ def submit(
     task: str,
     budgets: dict[str, int | float | None],
     run_id: str | None,
+    secret_env: tuple[str, ...],
     db: str,
     as_json: bool,
 ) -> None:
@@ -69,8 +79,9 @@ def submit(
     """
     if run_id is not None:
         check_run_id(run_id, where="--run-id")  # before the journal is opened
+    env_secrets(secret_env)  # unset or too short: `Error: …`, exit 2, before the journal
     with journal_store(db) as store:
-        job = submit_job(store, machine, task, budgets, run_id=run_id)
+        job = submit_job(store, machine, task, budgets, run_id=run_id, secret_env=secret_env)
     data = {"run_id": job.run_id, "machine": job.machine, "status": job.status,
             "budgets": serde.unstructure(job.budgets)}  # fmt: skip
     say_result(as_json, data, job.run_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fsm_agent.declaration.load import load_machine, machine_path, parse_machine
@@ -17,6 +17,7 @@ from fsm_agent.errors import (
     MachineSpecError,
 )
 from fsm_agent.journal.store import Job, Store
+from fsm_agent.redaction import env_secrets
 from fsm_agent.run_ids import check_run_id
 from fsm_agent.runtime.budgets import make_budgets
 
@@ -43,16 +44,20 @@ def submit(
     budgets: Mapping[str, int | float | None] | None = None,
     *,
     run_id: str | None = None,
+    secret_env: Sequence[str] = (),
 ) -> Job:
     """Queue a run of `machine` (a declared name or a .yaml path) on `task`: the declaration
     is loaded and checked, the budgets frozen (its defaults with `budgets` overrides), and
     both stored with the job. Returns the job; its `run_id` is the run's (given, it must
-    be under `fsm_agent.run_ids.RUN_ID_GRAMMAR`)."""
+    be under `fsm_agent.run_ids.RUN_ID_GRAMMAR`). The values of the environment variables
+    `secret_env` are redacted from the task before it is stored (`fsm_agent.redaction`)."""
     if run_id is not None:
         check_run_id(run_id, where="run_id")
+    secrets = env_secrets(secret_env, what="secret_env")
     spec = load_machine(machine)
     if not isinstance(task, str) or not task.strip():
         raise InvalidInputError("task must be a non-empty string")
+    task = secrets.text(task)
     refuse_unencodable("the task", task)
     job = Job(
         run_id=run_id or uuid.uuid4().hex[:12],
