@@ -29,10 +29,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fsm_agent import LOCAL
 from fsm_agent.redaction import Redactor, Secret
 from fsm_agent.runtime.outcomes import NOT_KEPT, PREVIEW_CHARS, jsonable
 from fsm_agent.runtime.usage import MAX_NAME_CHARS, ModelUsage, call_usage
 from tests.console_server import console
+from tests.lab import lab_run
 from tests.otlp_receiver import otlp_receiver
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -557,3 +559,34 @@ def test_a_queued_task_is_redacted_before_it_is_stored(tmp_path: Path) -> None:
     fsm(tmp_path, "submit", "agent_loop", "--task", "t", "--secret-env", KEY_ENV, "--db",
         "r.db", env=unset, ok=(2,))  # fmt: skip
     assert not (tmp_path / "r.db").exists()
+
+
+class LeakyVoter:
+    """A local repair voter whose rewrite carries the secret: first in a value that is not
+    JSON data (kept as a preview), then base64 in an answer (kept, and parsed)."""
+
+    lane = LOCAL
+
+    def __init__(self) -> None:
+        self.votes = 0
+
+    def __call__(self, raw: Any) -> Any:
+        self.votes += 1
+        if self.votes == 1:
+            return {"answer": KEY, "at": datetime.date(2026, 12, 3), "pad": "p" * 300}
+        return {"answer": base64.b64encode(b"user:" + KEY.encode()).decode()}
+
+
+def test_a_repair_vote_is_redacted_before_it_is_previewed_or_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    voter = LeakyVoter()
+    record = lab_run(tmp_path, ["prose", "more prose"], repair=voter, secret_env=[KEY_ENV])
+    assert voter.votes == 2
+    journal = journal_bytes(tmp_path)
+    assert NOT_KEPT.encode() in journal  # the first rewrite, as a preview
+    assert MARKER.encode() in journal
+    assert leaked(journal) == []
+    assert leaked((tmp_path / "r.json").read_bytes()) == []
+    assert record.answer is None or MARKER in record.answer
