@@ -9,7 +9,7 @@ decides on it, and before anything is journaled, previewed, cut or encoded (the 
 covers what is journaled, so redaction cannot come later; a cut made first could leave a
 piece of a secret that no longer matches).
 
-Each secret is matched in these forms (`Redactor.forms`):
+Each secret is matched in these forms (`Secret.forms`):
 
 - **as text**, in any mix of upper and lower case, any of its characters percent-encoded
   (`%2F`, either case; `+` for a space), and in every form JSON can spell that text: with
@@ -18,12 +18,13 @@ Each secret is matched in these forms (`Redactor.forms`):
 - **as hex** of its UTF-8 bytes, in either case;
 - **as base64** of its UTF-8 bytes, standard or URL-safe (`+/` or `-_`, either
   percent-encoded), at each of the three alignments it can have inside a longer base64
-  string: the characters that only the secret's bits decide are matched (the one or two at
-  each end that share bits with what surrounds it carry at most 10 of its bits).
+  string: the characters that only the secret's bits decide are matched (the one at each
+  end that shares bits with what surrounds it carries at most 4 of the secret's bits).
 
 A secret split by whoever sent it (across fields, or around other text), or transformed
 another way (encrypted, hashed, reversed, base64 of its upper-case form, hex with
-separators, base64 wrapped into lines …), is not found.
+separators, base64 wrapped into lines …), is not found (the README's Secrets section lists
+what is not).
 """
 
 from __future__ import annotations
