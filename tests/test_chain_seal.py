@@ -161,8 +161,9 @@ def test_show_and_the_report_carry_an_edited_answer(done: tuple[str, str], tmp_p
     assert "answer: hunter2" in shown  # what the row says, and why not to trust it:
     assert "chain: DOES NOT VERIFY at seq 4: record_edited (runs.record)" in shown
     report = tmp_path / "r.html"
-    assert invoke("report", run_id, "--db", db, "-o", str(report)).exit_code == 0
+    assert invoke("report", run_id, "--db", db, "-o", str(report)).exit_code == 1  # written
     header = report.read_text(encoding="utf-8").split("</header>")[0]
+    assert "UNVERIFIED" in shown
     assert "chain DOES NOT VERIFY at seq 4 (record_edited)" in header
     assert "replay NOT proven" in header
     replayed = invoke("replay", run_id, "--db", db)

@@ -43,15 +43,11 @@ _exiting = False
 #: True while the command's own modules are imported: a signal then only marks the stop,
 #: and it is acted on the moment the import is done (see `main`).
 _loading = False
-#: Set by a command that has said itself how a signal stopped it (`stop_said`).
-_said = False
 
 
-def stop_said() -> None:
-    """The command has told the user how a signal stopped it (and exits 128+N): `main`
-    adds no line of its own."""
-    global _said
-    _said = True
+def _said() -> bool:
+    """The command said itself how a signal stopped it (`fsm_agent.cli.stopped`)."""
+    return bool(getattr(sys.modules.get("fsm_agent.cli.stopped"), "said", False))
 
 
 def _interrupted_type() -> type[BaseException] | None:
@@ -128,6 +124,6 @@ def main() -> None:
         signum = _signal_of(exc)
         if signum is None:
             raise
-        if not _said:
+        if not _said():
             _say_stopped(signum)
         sys.exit(128 + signum)

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fsm_agent.cli.entry import stop_said
 from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import InputProblem, OutputPath, cli_errors, here, json_option
+from fsm_agent.cli.stopped import stop_said
 from fsm_agent.errors import Interrupted
 
 #: Exit code of a simulation in which some run broke an invariant.
