@@ -76,6 +76,33 @@ def wire_text(value: Any) -> str:
     return _LONE.sub(lambda m: f"\\\\u{ord(m.group()):04x}", text)
 
 
+def joined(value: Any) -> Any:
+    """`value` with every surrogate pair held as two code points joined into its character,
+    in strings and dict keys at any depth (the same object when there is none). JSON text
+    cannot tell the two apart (`"\\ud83d\\ude00"` reads back as one character), so a value
+    journaled with a split pair would read back different — and sort its keys differently,
+    which changes its canonical bytes and so its seal. Values that enter a run (a model's
+    reply, a tool's result) are joined first (`runtime.outcomes.admit`)."""
+    if isinstance(value, str):
+        if value.isascii() or not _PAIR.search(value):
+            return value
+        return _PAIR.sub(
+            lambda m: m.group().encode("utf-16-le", "surrogatepass").decode("utf-16-le"), value
+        )
+    if isinstance(value, dict):
+        items = [(joined(k), joined(v)) for k, v in value.items()]
+        if all(a is k and b is v for (a, b), (k, v) in zip(items, value.items(), strict=True)):
+            return value
+        return dict(items)
+    if isinstance(value, list):
+        parts = [joined(v) for v in value]
+        return value if all(a is b for a, b in zip(parts, value, strict=True)) else parts
+    if isinstance(value, tuple):
+        parts = [joined(v) for v in value]
+        return value if all(a is b for a, b in zip(parts, value, strict=True)) else tuple(parts)
+    return value
+
+
 def wire_json(value: Any) -> bytes:
     """`value` as the UTF-8 bytes of a JSON request body (see `wire_text`)."""
     return wire_text(value).encode("utf-8")

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 from fsm_agent import Receipt, ToolError, ToolResult, load_machine
 from fsm_agent.cli.main import cli
-from fsm_agent.encoding import harden_streams, hash_bytes, text_sha256, unencodable
+from fsm_agent.encoding import harden_streams, hash_bytes, joined, text_sha256, unencodable
 from fsm_agent.journal.runfile import read_run_file, write_run_file
 from fsm_agent.runtime.proposals import MAX_REPLY_CHARS, MAX_REPLY_DEPTH
 from fsm_agent.runtime.record import atomic_write_text
@@ -648,3 +648,28 @@ def test_an_exception_whose_message_cannot_be_made_is_a_named_failure(tmp_path: 
     record = json.loads((tmp_path / "m" / "r.json").read_text(encoding="utf-8"))
     assert record["halt_reason"] == "empty_response"
     assert "model call failed: Unprintable: <its message cannot be read" in record["error"]
+
+
+#: Found by the fuzz above: keys that hold a surrogate pair as two code points (a Python
+#: value can; JSON text cannot) sorted differently once journaled, so the record's seal
+#: did not verify. Values that enter a run are joined first (`encoding.joined`).
+SPLIT_PAIRS = {"q": {"\ud83d\ude00": None, "\ufeff\uffff\U0010ffff": None}}
+
+
+def test_a_split_surrogate_pair_in_a_reply_still_verifies() -> None:
+    check_live([{"tool_call": {"name": "probe", "args": SPLIT_PAIRS}}], [], trace=False)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("\ud83d\ude00", "\U0001f600"),
+        ({"\ud83d\ude00": ["a\udbff\udfffb"]}, {"\U0001f600": ["a\U0010ffffb"]}),
+        (("\ud800", "\udc00x"), ("\ud800", "\udc00x")),  # lone ones stay lone
+        ("plain", "plain"),
+    ],
+)
+def test_joined_joins_split_pairs_at_any_depth(value: Any, expected: Any) -> None:
+    assert joined(value) == expected
+    plain = {"a": ["b", 1]}
+    assert joined(plain) is plain  # nothing to join: the very value

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from fsm_agent.encoding import joined
 from fsm_agent.journal import serde
 from fsm_agent.redaction import NO_SECRETS, Redactor
 from fsm_agent.runtime.deadline import CallResult, ChildError, error_text
@@ -61,7 +62,7 @@ class _Preview(reprlib.Repr):
 def admit(value: Any, secrets: Redactor = NO_SECRETS) -> tuple[Any, Any]:
     """A raw value (a model reply, an observation) as the run may decide on it — `secrets`
     redacted from it (`Redactor.value`) — and as the journal keeps it (`jsonable`)."""
-    value = secrets.value(value)
+    value = secrets.value(joined(value))
     return value, _kept(value, secrets)
 
 
