@@ -30,6 +30,7 @@ from fsm_agent.runtime.record import read_record
 from fsm_agent.stores import open_store
 from fsm_agent.telemetry.content import TraceOptions
 from fsm_agent.telemetry.live import LiveTracer
+from tests.lab import LAB_ALLOW, LAB_ALLOW_ARG
 from tests.otlp_receiver import OtlpReceiver, otlp_receiver
 from tests.trace_runs import LAB_TOOLS, TASK
 
@@ -62,7 +63,7 @@ def script(tmp_path: Path, replies: list[Any] = REPLIES) -> str:
 
 def run_args(tmp_path: Path, name: str = "r") -> list[str]:
     return ["run", "agent_loop", "--task", TASK, "--model", script(tmp_path), "--tools",
-            LAB_TOOLS, "--db", str(tmp_path / "j.db"), "--record",
+            LAB_TOOLS, "--allow", LAB_ALLOW_ARG, "--db", str(tmp_path / "j.db"), "--record",
             str(tmp_path / f"{name}.json"), "--quiet"]  # fmt: skip
 
 
@@ -180,8 +181,8 @@ def test_a_full_queue_drops_events_and_the_run_goes_on(
         db = tmp_path / "j.db"
         tracer = LiveTracer(lambda: open_store(db, read_only=True), TraceOptions(), queue_size=1)
         record = run("agent_loop", task=TASK, model=ScriptedModel([LOOKUP] * 3 + REPLIES[1:]),
-                     tools=load_tools(LAB_TOOLS), store=db, handle_signals=False,
-                     on_transition=tracer.on_transition)  # fmt: skip
+                     tools=load_tools(LAB_TOOLS), allow=LAB_ALLOW, store=db,
+                     handle_signals=False, on_transition=tracer.on_transition)  # fmt: skip
         tracer.on_halt(record)
         assert tracer.close(0.5) > 0  # the hanging export still holds the thread
     assert record.halt_reason.value == "completed"
@@ -194,8 +195,9 @@ def test_worker_otel_traces_every_run_it_drives(tmp_path: Path, receiver: OtlpRe
         submitted = invoke("submit", "agent_loop", "--task", TASK, "--run-id", f"job-{n}",
                            "--db", db)  # fmt: skip
         assert submitted.exit_code == 0, submitted.output
-    result = CliRunner().invoke(cli, ["worker", "--db", db, "--tools", LAB_TOOLS, "--model",
-                                      script(tmp_path), "--records", str(tmp_path / "rec"),
+    result = CliRunner().invoke(cli, ["worker", "--db", db, "--tools", LAB_TOOLS, "--allow",
+                                      LAB_ALLOW_ARG, "--model", script(tmp_path),
+                                      "--records", str(tmp_path / "rec"),
                                       "--idle-exit", "--otel"])  # fmt: skip
     assert result.exit_code == 0, result.output
     roots = [s for s in receiver.spans if s["parent_id"] is None]
@@ -251,6 +253,11 @@ def test_export_traces_to_an_endpoint_that_is_down_is_exit_1(
     summary = json.loads(result.stdout)
     assert len(summary["failed"]) == 1
     assert len(summary["not_tried"]) == 1
+    why = summary["runs"][0]["error"]  # why it was not taken
+    assert why.startswith("nothing listens at 127.0.0.1:"), why
+    assert "(connection refused)" in why
+    text = invoke("export-traces", "--all", "--db", str(tmp_path / "j.db"))
+    assert "(the endpoint did not take its spans: nothing listens at 127.0.0.1:" in text.stdout
 
 
 @pytest.mark.parametrize(
@@ -309,7 +316,8 @@ def test_resume_otel_takes_over_the_trace_with_the_journal_s_ids(
     db = tmp_path / "j.db"
     with pytest.raises(RunPaused):
         run("agent_loop", task=TASK, model=PausingModel(db, "paused-run"), run_id="paused-run",
-            tools=load_tools(LAB_TOOLS), store=db, handle_signals=False)  # fmt: skip
+            tools=load_tools(LAB_TOOLS), allow=LAB_ALLOW, store=db,
+            handle_signals=False)  # fmt: skip
     resumed = invoke("resume", "paused-run", "--model", script(tmp_path), "--tools", LAB_TOOLS,
                      "--db", str(db), "--record", str(tmp_path / "r.json"), "--otel")  # fmt: skip
     assert resumed.exit_code == 0, resumed.output

@@ -220,8 +220,11 @@ def _report(results: list[dict[str, Any]], ids: list[str], as_json: bool, db: st
         click.echo(json.dumps(data, indent=2))
     else:
         click.echo(f"sent {spans} span(s) of {len(results) - len(failed)} run(s) to {_endpoint()}")
-        for run_id in failed:
-            click.echo(f"not taken: run {run_id} (the endpoint did not take its spans)")
+        for r in results:
+            if not r["sent"]:
+                why = f": {r['error']}" if r["error"] else ""
+                click.echo(f"not taken: run {r['run_id']} (the endpoint did not take its"
+                           f" spans{why})")  # fmt: skip
         if untried:
             click.echo(f"not tried: {len(untried)} run(s) after it")
     if failed:

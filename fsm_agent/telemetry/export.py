@@ -42,6 +42,7 @@ def export_runs(
             "spans": len(spans),
             "root": any(s.parent_id is None for s in spans),
             "sent": all(sent),
+            "error": None if all(sent) else sender.error,
         })  # fmt: skip
         if not all(sent):
             break

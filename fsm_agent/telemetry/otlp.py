@@ -106,12 +106,77 @@ def preload(environ: Mapping[str, str] | None = None) -> None:
             raise TracingUnavailable(f"traces cannot import {module}: {exc}") from exc
 
 
+class _LastWords(logging.Handler):
+    """Keeps the exporter's warnings and errors of one export (why it failed: it returns
+    only FAILURE), instead of printing them."""
+
+    #: How much of the exporter's words a reason keeps.
+    LIMIT = 400
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.said: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed log call: keep the template
+            text = str(record.msg)
+        if text not in self.said:
+            self.said.append(text)
+
+    def reason(self) -> str | None:
+        """The cause (the first thing said) and the outcome (the last), cut to `LIMIT`."""
+        if not self.said:
+            return None
+        first, last = self.said[0], self.said[-1]
+        text = first if first == last else f"{first}; {last}"
+        return text if len(text) <= self.LIMIT else text[: self.LIMIT - 1] + "…"
+
+
+#: Where the exporter's own log lines go (see `quiet_exporter_logs`).
+EXPORTER_WORDS = _LastWords()
+
+
 def quiet_exporter_logs() -> None:
     """Keep the exporter's own log lines (retries, failures) off stderr: a command reports
-    what could not be sent in its own words."""
+    what could not be sent in its own words, with the exporter's last one as the reason
+    (`Sender.error`)."""
     logger = logging.getLogger("opentelemetry")
-    logger.addHandler(logging.NullHandler())
+    if EXPORTER_WORDS not in logger.handlers:
+        logger.addHandler(EXPORTER_WORDS)
     logger.propagate = False
+
+
+def reachable(endpoint: str | None, timeout_s: float = 2.0) -> str | None:
+    """Why nothing could be sent to `endpoint` (a URL) at the network's level — nothing
+    listens, no answer, a name that does not resolve — or None when a connection opens
+    (then the endpoint's answer is the reason, in the exporter's words)."""
+    import socket
+    import urllib.parse
+
+    if not endpoint:
+        return None
+    parts = urllib.parse.urlsplit(endpoint if "//" in endpoint else f"//{endpoint}")
+    host = parts.hostname
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return f"the endpoint {endpoint!r} has no valid port"
+    if not host:
+        return None
+    where = f"{host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except ConnectionRefusedError:
+        return f"nothing listens at {where} (connection refused)"
+    except TimeoutError:
+        return f"{where} did not answer within {timeout_s:g} s"
+    except socket.gaierror as exc:
+        return f"the host name {host!r} does not resolve ({exc.strerror})"
+    except OSError as exc:
+        return f"cannot connect to {where}: {exc.strerror or exc}"
 
 
 class Sender:
@@ -132,7 +197,7 @@ class Sender:
         )
         self.scope = InstrumentationScope(SCOPE_NAME, __version__, SCHEMA_URL)
         self.protocol = chosen
-        #: the last export's error, when the exporter raised one
+        #: why the last failed export failed: the exporter's exception, or its last words
         self.error: str | None = None
 
     def send(self, spans: Sequence[Span]) -> bool:
@@ -144,12 +209,18 @@ class Sender:
         from opentelemetry.sdk.trace.export import SpanExportResult
 
         readable = [self.readable(s) for s in spans]
+        EXPORTER_WORDS.said = []
         try:
             result = self.exporter.export(readable)
         except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             return False
-        return bool(result is SpanExportResult.SUCCESS)
+        if result is SpanExportResult.SUCCESS:
+            return True
+        said = EXPORTER_WORDS.reason() or "the exporter reported a failure"
+        reached = reachable(getattr(self.exporter, "_endpoint", None))
+        self.error = said if reached is None else f"{reached}; {said}"
+        return False
 
     def close(self) -> None:
         self.exporter.shutdown()
