@@ -150,8 +150,13 @@ def test_a_journal_that_does_not_replay_gets_a_red_verdict(tmp_path: Path) -> No
 def test_a_run_without_a_halt_record_says_so(tmp_path: Path) -> None:
     row, events = hostile_run(tmp_path)
     live = attrs.evolve(row, record=None, status="running", halt_reason=None, state="drafting")
-    page = incident_report(live, events[:-1])
-    assert "no halt record: the run is running in state drafting" in page
+    page = incident_report(live, events[:-1])  # its process (this one) is there: it goes on
+    assert "no halt record yet: the run is running, in state drafting" in page
+    assert '<span class="badge live">replay waits for the halt (the run is running)</span>' in page
+    assert 'badge bad">replay' not in page  # no chain given here: that badge is red
+    gone = attrs.evolve(live, pid=2**22 + 1)  # no such process: killed
+    page = incident_report(gone, events[:-1])
+    assert "no halt record: the run is interrupted in state drafting" in page
     assert '<span class="badge bad">replay has no halt to prove</span>' in page
 
 

@@ -42,6 +42,7 @@ from fsm_agent.review.truth import Truth, headline_halt
 from fsm_agent.review.view import call_kind, format_step
 from fsm_agent.runtime.budgets import dollars
 from fsm_agent.runtime.record import HaltRecord, atomic_write_text
+from fsm_agent.runtime.resume import shown_status
 from fsm_agent.runtime.snapshot import SUCCESS_RULES
 
 #: The halts whose record's `error` is an error (for every other halt it says why).
@@ -109,6 +110,19 @@ def _tool_calls(rec: HaltRecord) -> str:
     return f"<h3>Tool calls</h3><ul>{items}</ul>" if items else ""
 
 
+def _going(run: RunRow) -> str | None:
+    """`running` or `paused` while the run goes on (its process is there, or it waits to be
+    resumed): it has no halt yet, and that is no failure. None once it halted, or when its
+    process is gone (`interrupted`: killed, resume it)."""
+    status = shown_status(run)
+    return status if status in ("running", "paused") else None
+
+
+def live_badge(text: str) -> str:
+    """A badge for what is neither proven nor failed: a run that goes on."""
+    return f'<span class="badge live">{esc(text)}</span>'
+
+
 def _halt_section(run: RunRow, truth: Truth) -> str:
     rec = run.record
     warn = (
@@ -117,8 +131,13 @@ def _halt_section(run: RunRow, truth: Truth) -> str:
         else (f"<p>{badge(f'UNVERIFIED: read from the run row, and {truth.why}', False)}</p>")
     )
     if rec is None:
-        note = f"no halt record: the run is {run.status} in state {run.state} (killed or live)"
-        return f'<section id="halt"><h2>Halt record</h2>{warn}<p>{badge(note, False)}</p></section>'
+        going = _going(run)
+        if going is not None:
+            note = live_badge(f"no halt record yet: the run is {going}, in state {run.state}")
+        else:
+            status = shown_status(run)
+            note = badge(f"no halt record: the run is {status} in state {run.state}", False)
+        return f'<section id="halt"><h2>Halt record</h2>{warn}<p>{note}</p></section>'
     body = dl(_halt_rows(rec)) + _handoff(rec) + _tool_calls(rec)
     return f'<section id="halt"><h2>Halt record</h2>{warn}{body}</section>'
 
@@ -147,16 +166,25 @@ def _verdict(report: ReplayReport) -> tuple[str, bool]:
     return ("proven from the journal", True) if report.ok else ("NOT proven", False)
 
 
-def _replay_section(report: ReplayReport) -> str:
+def _verdict_badge(run: RunRow, report: ReplayReport, sep: str) -> str:
+    """The replay verdict's badge; a run that goes on waits for its halt (no failure)."""
+    going = _going(run)
+    if going is not None and report.recorded_halt is None and report.not_run is None:
+        return live_badge(f"replay{sep}waits for the halt (the run is {going})")
     verdict, proven = _verdict(report)
+    return badge(f"replay{sep}{verdict}", proven)
+
+
+def _replay_section(run: RunRow, report: ReplayReport) -> str:
+    _, proven = _verdict(report)
     rows = [
-        ("verdict", badge(f"replay: {verdict}", proven)),
+        ("verdict", _verdict_badge(run, report, ": ")),
         ("summary", esc(report.summary)),
         ("recorded halt", esc(report.recorded_halt or "—")),
         ("recomputed halt", esc(report.recomputed_halt or "—")),
         ("machine sha256", f"<code>{esc(report.machine_sha256)}</code>"),
     ]
-    if not proven and report.steps:
+    if not proven and report.steps and _going(run) is None:
         rows.append(("first difference", pre(format_step(report.steps[-1]))))
     return f'<section id="replay"><h2>Replay verification</h2>{dl(rows)}</section>'
 
@@ -182,7 +210,6 @@ def _truth(run: RunRow, chain: ChainReport | None) -> Truth:
 
 
 def _header(run: RunRow, report: ReplayReport, chain: ChainReport | None) -> str:
-    verdict, proven = _verdict(report)
     truth = _truth(run, chain)
     reason = headline_halt(run, truth)
     shown = esc(reason) if truth.ok else f'<span class="bad">{esc(reason)}</span>'
@@ -190,7 +217,7 @@ def _header(run: RunRow, report: ReplayReport, chain: ChainReport | None) -> str
         f"<header><h1>Incident report: run <code>{esc(run.run_id)}</code> — {shown}</h1>"
         f'<p class="sub">machine <code>{esc(run.machine)}</code> '
         f'<span class="muted">sha256 {esc(run.machine_sha256[:12])}</span> · '
-        f"{badge('replay ' + verdict, proven)} · {_chain_badge(chain)}</p>"
+        f"{_verdict_badge(run, report, ' ')} · {_chain_badge(chain)}</p>"
         f'<p class="sub">task: {esc(run.task)}</p></header>'
     )
 
@@ -231,7 +258,7 @@ def report_sections(
         halt=_halt_section(run, _truth(run, chain)),
         usage=usage_section(events),
         diagram=_diagram_section(spec, run, events),
-        replay=_replay_section(report),
+        replay=_replay_section(run, report),
         timeline=timeline_section(spec, events, report),
         verdict=report,
     )

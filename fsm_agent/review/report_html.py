@@ -40,6 +40,7 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: .2rem 0; padding: 
   border: 1px solid currentColor; white-space: nowrap; }
 .ok { color: var(--ok); background: var(--ok-bg); } .halt { font-size: 1.25rem; }
 .bad { color: var(--bad); background: var(--bad-bg); } .t, .f { font-weight: 600; }
+.live { color: #1e40af; background: #dbeafe; }
 .t { color: var(--ok); } .f { color: var(--bad); }
 dl.record { display: grid; grid-template-columns: max-content 1fr; gap: .3rem 1.25rem; }
 dl.record dt { color: var(--muted); } dl.record dd { margin: 0; overflow-wrap: anywhere; }
