@@ -209,6 +209,34 @@ def test_an_unknown_chain_mode_is_a_run_edit(done: tuple[str, str]) -> None:
     assert findings(run_id, "--db", db) == (1, [("run_edited", 0, "runs.chain")])
 
 
+@pytest.mark.parametrize("halt", ["handoff", "completed"])
+def test_a_copy_of_the_sealed_head_appended_as_a_halt_is_the_insert(
+    tmp_path: Path, mode: str, halt: str
+) -> None:
+    # Issue 27: the head copied (its digest with it) as seq 5, its halt set to `completed`,
+    # was reported `edited` at 5 and `record_edited` ("the chain says completed"), the
+    # untouched record blamed; a copy of a completed head, as `inserted` at 4.
+    reply = ANSWER if halt == "completed" else {"handoff": {"why": "need the vault key"}}
+    record = lab_run(tmp_path, [LOOKUP, reply])
+    db = str(tmp_path / "j.db")
+    conn = sqlite3.connect(db)
+    names = [d[0] for d in conn.execute("SELECT * FROM events").description]
+    conn.close()
+    copied = ", ".join("seq + 1" if n == "seq" else "'completed'" if n == "halt" else n
+                       for n in names)  # fmt: skip
+    tamper(db, "DROP TRIGGER events_no_delete",
+           f"INSERT INTO events SELECT {copied} FROM events WHERE seq = 4")  # noqa: S608 # fmt: skip
+    result = invoke("verify", record.run_id, "--db", db, "--json")
+    assert result.exit_code == 1
+    found = json.loads(result.output)[0]["findings"]
+    assert [(f["kind"], f["seq"], f["field"]) for f in found] == [("inserted", 5, None)]
+    assert "carries the hash of seq 4" in found[0]["detail"]
+    # the halt verify holds the record to is the sealed one at seq 4: the record is not blamed
+    shown = invoke("show", record.run_id, "--db", db).output
+    assert "DOES NOT VERIFY at seq 5: inserted" in shown
+    assert "record_edited" not in shown
+
+
 # --- resume: the declaration and the chain are checked before anything runs --------------------
 
 

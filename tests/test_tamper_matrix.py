@@ -133,6 +133,16 @@ def inserted(c: Case) -> None:
     conn.close()
 
 
+#: The head (seq 4) copied, digest and all, as seq 5 with its halt set to `completed` (issue 27).
+HEAD_COPIED = (
+    "INSERT INTO events (run_id, seq, kind, at_ms, wall_time, source, dest, trigger, halt,"
+    " retry, guards, checks, snapshot, facts, note, prev_hash, hash, control, digest)"
+    " SELECT run_id, seq + 1, kind, at_ms, wall_time, source, dest, trigger, 'completed',"
+    " retry, guards, checks, snapshot, facts, note, prev_hash, hash, control, digest"
+    " FROM events WHERE seq = 4"
+)
+
+
 def resealed(c: Case) -> None:
     """The record's answer edited and resealed onto the head with sha256."""
     run, _, head = _links(c)
@@ -188,6 +198,7 @@ ROWS = (
     Row("an event's payload, its hash recomputed with sha256", rehashed_payload),
     Row("an event deleted (seq 2)", sql("DELETE FROM events WHERE seq = 2")),
     Row("an event inserted, chained onto the one before like a real one", inserted),
+    Row("the sealed head copied after it as seq 5, marked a `completed` halt", sql(HEAD_COPIED)),
     Row("two events swapped (seq 2 and 3)",
         sql("UPDATE events SET seq = 100 WHERE seq = 2", "UPDATE events SET seq = 2 WHERE seq = 3",
             "UPDATE events SET seq = 3 WHERE seq = 100")),

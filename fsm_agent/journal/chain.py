@@ -152,11 +152,12 @@ def verify_chain(
         else:
             use = key
         can_hash = use is not None
+    _check_numbering(flag, links)
+    stored, links = links, _without_copies(flag, links)
     if mode.version >= 3:
         _check_links_v3(flag, run, links, use, can_hash)
     else:
         _check_links(flag, run, links, use, can_hash)
-    _check_numbering(flag, links)
     _check_head(flag, links, head_hash)
     anchor = None if run.record is None else run.record.journal_head
     if anchor is not None and anchor != head_hash:
@@ -169,6 +170,7 @@ def verify_chain(
         chain_row.check_record_file(
             record, run, links, head_hash, use, can_hash, flag, notes, source=source
         )
+    links = stored  # the witness saw seqs as the journal numbers them
     said, at_head = chain_witness.check_witness(run, links, witness, flag)
     if not checked:
         notes.insert(
@@ -193,6 +195,27 @@ def verify_chain(
         witness=said,
         unproven=chain_witness.unproven(mode, links, sealed, witness, at_head),
     )
+
+
+def _without_copies(flag: Findings, links: Sequence[ChainLink]) -> list[ChainLink]:
+    """The events but those that carry the hash of an event before them, each flagged
+    `inserted` where it is: a hash covers everything before it, so no two events of one
+    chain share one, and the first to hold it is the one chained (a copy of the sealed
+    head, its halt edited and appended after it, is not taken for the head or its halt)."""
+    kept, first = list[ChainLink](), dict[str, int]()
+    for x in links:
+        if x.hash is not None and x.hash in first:
+            flag(
+                "inserted",
+                x.seq,
+                f"this event carries the hash of seq {first[x.hash]}: it is a copy, not in the"
+                " chain (inserted)",
+            )
+            continue
+        if x.hash is not None:
+            first[x.hash] = x.seq
+        kept.append(x)
+    return kept
 
 
 def _check_links(
