@@ -46,7 +46,8 @@ def controls(db: Path) -> list[tuple[object, ...]]:
 
 def test_every_response_carries_the_strict_headers(read_only: Console) -> None:
     for path in ("/", "/runs/done-run", "/charts", "/api/charts", "/static/console.js",
-                 "/api/runs/done-run/events/0", "/no/such/page"):  # fmt: skip
+                 "/api/runs/done-run/events/0", "/api/runs/done-run/steps/0", "/api/runs",
+                 "/api/runs/done-run/parts", "/no/such/page"):  # fmt: skip
         r = httpx.get(read_only.url + path)
         assert r.headers["content-security-policy"] == CSP, path
         assert r.headers["x-content-type-options"] == "nosniff"
@@ -75,6 +76,33 @@ def test_hostile_journal_text_is_escaped_everywhere(read_only: Console) -> None:
     assert step.headers["content-type"] == "application/json"
     assert "<" not in step.text
     assert step.json()["facts"]["reply"] == f"Sure! {HOSTILE}"
+
+
+def test_what_the_script_draws_again_is_escaped(read_only: Console) -> None:
+    """The step viewer's step, the report's parts and the list's rows, as the page's script
+    fetches them: HTML inside JSON, every journal string escaped, `<` never raw."""
+    listed = _ids(httpx.get(read_only.url + "/").text)
+    (run_id,) = [rid for rid in listed if rid not in ("done-run", "capped-run")]
+    step = httpx.get(f"{read_only.url}/api/runs/{run_id}/steps/1")
+    assert step.status_code == 200
+    assert "<" not in step.text
+    shown = step.json()["html"]
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in shown
+    assert "<script" not in shown
+    for part in ("<h3>Guards</h3>", "<h3>Model reply</h3>", "<h3>Meters</h3>", "<details>"):
+        assert part in shown, part
+    assert httpx.get(f"{read_only.url}/api/runs/{run_id}/steps/99").status_code == 404
+    parts = httpx.get(f"{read_only.url}/api/runs/{run_id}/parts").json()["sections"]
+    assert set(parts) == {"report-header", "halt", "usage", "diagram", "replay", "timeline"}
+    assert all("<script" not in html for html in parts.values())
+    rows = httpx.get(read_only.url + "/api/runs", params={"halt_reason": "max_steps"}).json()
+    assert _ids(rows["html"]) == ["capped-run"]
+    again = httpx.get(
+        read_only.url + "/api/runs", params={"halt_reason": "max_steps", "version": rows["version"]}
+    ).json()
+    assert again == {"version": rows["version"]}  # nothing changed: nothing drawn again
+    assert httpx.get(read_only.url + "/api/runs/nope/live").status_code == 404
+    assert httpx.get(read_only.url + "/api/runs/done-run/live?after=x").status_code == 400
 
 
 def _ids(listed: str) -> list[str]:

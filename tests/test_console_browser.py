@@ -31,7 +31,7 @@ from tests.console_live_child import HOSTILE_OUTPUT
 from tests.console_server import Console, console, three_runs
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser
+    from playwright.sync_api import Browser, Page
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_PROBLEMS: dict[str, list[str]] = {"blocked": [], "errors": [], "dialogs": []}
@@ -107,15 +107,17 @@ def test_stepping_through_a_run_with_the_keyboard(
                          ("ArrowRight", "2"), ("ArrowLeft", "1")):  # fmt: skip
             page.keyboard.press(key)
             page.wait_for_function(
-                "s => document.getElementById('step-detail').dataset.seq === s", arg=seq
+                "s => document.getElementById('step-detail')?.dataset.seq === s", arg=seq
             )
             assert page.locator("#timeline tr.current").get_attribute("data-seq") == seq
         text = detail.text_content() or ""
-        for part in ("guards", "snapshot", "reply", SCRIPT):
+        for part in ("Guards", "Model reply", "Meters", "Snapshot", SCRIPT):
             assert part in text, part
+        _assert_readable_where_chosen(page)
         for _ in range(8):  # every step, the tool call's hostile args too
             page.keyboard.press("j")
         page.wait_for_timeout(300)
+        _assert_readable_where_chosen(page)
         assert detail.locator("img, script").count() == 0
         assert page.evaluate("typeof window.__pwned") == "undefined"
         assert page.locator("#halt").is_visible()
@@ -124,6 +126,33 @@ def test_stepping_through_a_run_with_the_keyboard(
         assert seen.problems() == NO_PROBLEMS
     finally:
         seen.close()
+
+
+def _assert_readable_where_chosen(page: Page) -> None:
+    """The step opens in the row right under the chosen timeline row, in sight, as text in
+    tables (the JSON as journaled only folded away)."""
+    at = page.evaluate(
+        """() => {
+        const row = document.querySelector('#timeline tr.current');
+        const next = row.nextElementSibling;
+        const box = document.getElementById('step-detail').getBoundingClientRect();
+        const parts = document.querySelector('#step-detail .step-parts');
+        return {under: next.classList.contains('step-detail-row')
+                       && next.contains(document.getElementById('step-detail')),
+                top: box.top, height: window.innerHeight,
+                under_top: next.getBoundingClientRect().top,
+                rowBottom: row.getBoundingClientRect().bottom,
+                json: parts.innerText.includes('{"'),
+                folded: !document.querySelector('#step-detail details').open,
+                tables: parts.querySelectorAll('table').length};
+    }"""
+    )
+    assert at["under"], at
+    assert 0 <= at["top"] < at["height"], at  # where the reader is looking
+    assert abs(at["under_top"] - at["rowBottom"]) < 4, at
+    assert not at["json"], at
+    assert at["folded"], at
+    assert at["tables"] >= 2, at  # the meters and the snapshot at least
 
 
 def test_the_charts_draw_from_the_package_alone(browser: Browser, read_only: Console) -> None:
@@ -178,46 +207,116 @@ def _screenshot_path(tmp_path: Path) -> Path:
     return path
 
 
+def _logged(page: Page) -> list[int]:
+    """The seqs the live log lists, in order."""
+    seqs: list[str] = page.eval_on_selector_all(
+        "#live-log li", "items => items.map(i => i.dataset.seq)"
+    )
+    return [int(x) for x in seqs]
+
+
+def _wait_timeline(page: Page, rows: int) -> None:
+    page.wait_for_function(
+        "n => document.querySelectorAll('#timeline tr[data-seq]').length === n",
+        arg=rows, timeout=WAIT_MS,
+    )  # fmt: skip
+
+
+def _list_row(listing: Page, text: str) -> None:
+    """Wait until the run list's row of the live run reads `text` (its status, halt, steps
+    as shown), drawn again by the page's script."""
+    listing.wait_for_function(
+        "t => (document.querySelector('#runs tr[data-run=\"live-run\"]')?.innerText || '')"
+        ".replace(/\\s+/g, ' ').includes(t)",
+        arg=text, timeout=WAIT_MS,
+    )  # fmt: skip
+
+
 @pytest.mark.slow
 def test_a_live_run_moves_step_by_step_while_another_process_writes_it(
     browser: Browser, tmp_path: Path
 ) -> None:
+    """Every transition appears as it is journaled (with the tool call and its arguments),
+    the report's parts (chain badge, usage, timeline) are drawn again with it, the running
+    run is shown running (no red badge), the run list follows it, and once it halts the
+    page shows its final meters, without reloading."""
     db, gates = tmp_path / "fsm-agent.db", tmp_path / "gates"
     child = _start_child(db, gates, "live-run", steps=3)
     try:
         with console(db, beside=True) as c:
-            seen = page_on(browser, c)
+            seen, listed = page_on(browser, c), page_on(browser, c)
             try:
-                page = seen.page
+                page, listing = seen.page, listed.page
+                listing.goto(c.url + "/")
                 page.goto(c.url + "/runs/live-run")
-                step = page.locator("#live-step")
-                assert step.text_content() == "step 1/6"
+                page.evaluate("window.__kept = 1")  # gone if the page reloads
+                assert page.locator("#live-step").text_content() == "step 1/6"
                 assert page.locator("#live-status").text_content() == "running"
+                _list_row(listing, "running — 1/6")
                 for k in (1, 2):
                     (gates / f"go-{k}").touch()
+                    seq = 3 * k + 1  # each step: the tool's return, its receipts, the next call
+                    _wait_timeline(page, seq + 1)
                     page.wait_for_function(
                         "s => document.getElementById('live-step').textContent === s",
                         arg=f"step {k + 1}/6", timeout=WAIT_MS,
                     )  # fmt: skip
-                meter = page.locator('.meter[data-meter="steps"] .m-text')
-                assert meter.text_content() == "3 / 6"
-                logged = page.locator("#live-log li").all_text_contents()
-                assert logged, "no transition was pushed to the page"
-                assert all(line.startswith("seq ") and " → " in line for line in logged)
+                    assert _logged(page) == list(range(2, seq + 1))  # every one, in order
+                    log = page.locator("#live-log").inner_text()
+                    assert f'call: gated({{"step": {k}}}) (read) -> returned' in log
+                    assert f'"args": {{"step": {k + 1}}}' in log  # the next call's arguments
+                    header = page.locator("#report-header").inner_text()
+                    assert f"chain: ok ({seq + 1} events)" in header
+                    assert "replay waits for the halt (the run is running)" in header
+                    halt = page.locator("#halt").inner_text()
+                    assert "no halt record yet: the run is running, in state tool_pending" in halt
+                    red = "#run .badge.bad"
+                    assert page.locator(red).count() == 0
+                    tools = page.locator("#usage table tbody tr").first.inner_text().split()
+                    assert tools[:2] == ["gated", str(k)]
+                    assert page.locator(".meter[data-meter='steps'] .m-text").text_content() == (
+                        f"{k + 1} / 6"
+                    )
+                    assert "UNVERIFIED" not in page.inner_text("body")
+                    _list_row(listing, f"running — {k + 1}/6")
                 page.screenshot(path=str(_screenshot_path(tmp_path)), full_page=False)
+                page.screenshot(path=str(tmp_path / "live-full.png"), full_page=True)
+                listing.screenshot(path=str(tmp_path / "list-live.png"))
+                page.keyboard.press("j")
+                page.keyboard.press("j")
+                page.wait_for_function(
+                    "() => document.getElementById('step-detail')?.dataset.seq === '1'"
+                )
                 (gates / "go-3").touch()
                 page.wait_for_function(
-                    "() => document.getElementById('live').dataset.ended === '1'"
-                    " && document.getElementById('live-status').textContent === 'halted'",
+                    "() => document.getElementById('live').dataset.final === '1'",
                     timeout=WAIT_MS,
                 )
-                page.wait_for_selector("#halt .badge.halt", timeout=WAIT_MS)  # reloaded
-                assert "completed" in (page.locator("#halt").text_content() or "")
+                assert page.evaluate("window.__kept") == 1  # drawn again, not reloaded
+                assert page.locator("#live-status").text_content() == "halted"
+                clock = page.locator("#live-clock").text_content() or ""
+                assert clock.startswith("wall clock used "), clock
+                assert "wall clock left" not in page.inner_text("body")
+                assert _logged(page) == list(range(2, 11))
+                assert "halt: completed" in page.locator("#live-log").inner_text()
+                _wait_timeline(page, 11)
+                assert "completed" in page.locator("#halt .badge.halt").inner_text()
+                assert "replay: proven" in page.locator("#replay").inner_text()
+                assert "chain: ok (11 events)" in page.locator("#report-header").inner_text()
+                # the chosen step is still open under its row after the redraws
+                assert page.locator("#timeline tr.current").get_attribute("data-seq") == "1"
+                assert page.locator("#timeline tr.step-detail-row #step-detail").count() == 1
                 assert HOSTILE_OUTPUT in (page.locator("#timeline").text_content() or "")
                 assert page.locator("#timeline img, #timeline b").count() == 0
+                _list_row(listing, "halted completed 4/6")
+                assert listing.locator("#runs tr[data-run='live-run'] .badge.ok").count() == 1
+                page.screenshot(path=str(tmp_path / "ended.png"), full_page=True)
+                listing.screenshot(path=str(tmp_path / "list-ended.png"))
                 assert seen.problems() == NO_PROBLEMS
+                assert listed.problems() == NO_PROBLEMS
             finally:
                 seen.close()
+                listed.close()
         assert child.wait(timeout=60) == 0
     finally:
         if child.poll() is None:

@@ -10,14 +10,16 @@ verifies, or marked: each state carries the run's truth (`fsm_agent.review.truth
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 import anyio
 
-from fsm_agent.journal.store import Store
+from fsm_agent.journal.store import Event, Store
 from fsm_agent.review.truth import run_now
+from fsm_agent.review.view import event_lines
 from fsm_agent.runtime.resume import shown_status
 
 T = TypeVar("T")
@@ -116,8 +118,33 @@ def sse(data: dict[str, Any], event: str = "state") -> bytes:
     return f"event: {event}\ndata: {text}\n\n".encode()
 
 
-async def stream(read: Reader, run_id: str, poll_s: float = POLL_S) -> AsyncIterator[bytes]:
-    """The run's state whenever it changes, until it has ended (or the client goes)."""
+def transition(ev: Event) -> dict[str, Any]:
+    """One journaled transition as the live log lists it: its seq and the lines `fsm-agent
+    show` prints for it (the transition and its guards, the model's reply or the tool call
+    with its arguments, outcome, receipts and what it returned, the note)."""
+    return {"seq": ev.seq, "lines": [" ".join(line.split()) for line in event_lines(ev)]}
+
+
+def live_update(
+    store: Store, run_id: str, after: int | None
+) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    """The run now, every transition journaled after seq `after` up to the one it stands at
+    (none when `after` is None), and whether more were journaled meanwhile."""
+    state = live_state(store, run_id)
+    if after is None or after >= state["seq"]:
+        return state, [], False
+    events = store.events(run_id)
+    news = [transition(e) for e in events if after < e.seq <= state["seq"]]
+    return state, news, bool(events) and events[-1].seq > state["seq"]
+
+
+async def stream(
+    read: Reader, run_id: str, after: int | None = None, poll_s: float = POLL_S
+) -> AsyncIterator[bytes]:
+    """The run's state whenever it changes, until it has ended (or the client goes). Given
+    `after` (the seq the page shows), each state carries every transition journaled since
+    the last one sent (`transitions`, in order): none is skipped, however many are
+    journaled between two looks."""
     sent: tuple[Any, ...] | None = None
     seen: object = object()
     quiet = 0.0
@@ -125,11 +152,16 @@ async def stream(read: Reader, run_id: str, poll_s: float = POLL_S) -> AsyncIter
         version = await read(lambda s: s.control_version())
         if version is None or version != seen:
             seen = version
-            state = await read(lambda s: live_state(s, run_id))
+            state, news, more = await read(functools.partial(live_update, run_id=run_id,
+                                                             after=after))  # fmt: skip
+            if more:  # journaled while it was read: look again at once
+                seen = object()
+            if news:
+                after = news[-1]["seq"]
             key = (state["seq"], state["status"], state["state"], state["unverified"])
-            if key != sent:
+            if key != sent or news:
                 sent, quiet = key, 0.0
-                yield sse(state)
+                yield sse({**state, "transitions": news})
             if state["ended"]:
                 yield sse(state, "ended")
                 return

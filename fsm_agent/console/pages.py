@@ -97,7 +97,7 @@ def _run_row(x: Listed) -> str:
         f'<tr data-run="{esc(r.run_id)}"{css}><td><a href="/runs/{esc(r.run_id)}">'
         f"<code>{esc(r.run_id)}</code></a></td><td>{esc(r.machine)}</td>"
         f'<td><span class="status s-{esc(status)}">{esc(status)}</span>{mark}</td>'
-        f'<td class="halt">{halt}</td>'
+        f"<td>{halt}</td>"
         f'<td class="num">{x.steps_used}/{x.max_steps}</td>'
         f'<td class="nowrap">{esc(r.started_at)}</td><td class="task">{esc(task)}</td></tr>'
     )
@@ -116,15 +116,9 @@ def legend(runs: Iterable[Listed]) -> str:
     return f'<p class="bad" id="unverified-legend">{doubtful} row(s) {esc(LEGEND)}</p>'
 
 
-def runs_page(
-    page: RunPage,
-    runs: tuple[Listed, ...],
-    f: RunFilters,
-    raw: dict[str, str],
-    acts: str,
-    error: str,
-) -> str:
-    """The list body: filters, a page of runs, and the link to the next page."""
+def run_list(page: RunPage, runs: tuple[Listed, ...], raw: dict[str, str]) -> str:
+    """The list itself: its legend, a page of runs, and the link to the next page (what
+    the page's script draws again, from `/api/runs`, as runs move)."""
     head = (
         "<tr><th>run</th><th>machine</th><th>status</th><th>halt</th><th>steps</th>"
         "<th>started (UTC)</th><th>task</th></tr>"
@@ -132,16 +126,35 @@ def runs_page(
     empty = "" if page.runs else '<p class="muted" id="no-runs">no runs match</p>'
     more = ""
     if page.next_cursor is not None:
-        kept = {k: v for k, v in raw.items() if k not in ("before_at", "before_id") and v}
+        kept = {
+            k: v for k, v in raw.items() if k not in ("before_at", "before_id", "version") and v
+        }
         at, rid = page.next_cursor
         query = urlencode({**kept, "before_at": at, "before_id": rid})
         more = f'<a id="next-page" rel="next" href="/?{esc(query)}">next page →</a>'
-    problem = f'<p class="bad" id="filter-error">{esc(error)}</p>' if error else ""
     return (
-        f"<h1>Runs</h1>{filter_form(f, raw)}{problem}{acts}"
         f'<div id="legend">{legend(runs)}</div>'
         f'<table id="runs"><thead>{head}</thead><tbody>{run_rows(runs)}</tbody></table>'
         f'{empty}<p class="pager">{more}</p>'
+    )
+
+
+def runs_page(
+    page: RunPage,
+    runs: tuple[Listed, ...],
+    f: RunFilters,
+    raw: dict[str, str],
+    acts: str,
+    error: str,
+    version: str | None = None,
+) -> str:
+    """The list body: filters, the list (`run_list`), kept up to date by the page's script
+    (`version`: the journal's as it was read; None: no such token, the script asks anyway)."""
+    problem = f'<p class="bad" id="filter-error">{esc(error)}</p>' if error else ""
+    shown = "" if version is None else f' data-version="{esc(version)}"'
+    return (
+        f"<h1>Runs</h1>{filter_form(f, raw)}{problem}{acts}"
+        f'<div id="run-list"{shown}>{run_list(page, runs, raw)}</div>'
     )
 
 
@@ -171,8 +184,8 @@ def live_panel(state: dict[str, Any]) -> str:
         ""
         if state["ended"]
         else '<h3>Transitions since this page was drawn</h3><ol id="live-log"></ol>'
-        f'<p class="muted">The report below is as of seq {state["seq"]}; it is drawn again'
-        " when the run ends.</p>"
+        '<p class="muted">Each one is listed as it is journaled, and the report below (the'
+        " chain, the halt record, usage, the path, the timeline) is drawn again with it.</p>"
     )
     css = "" if state["verified"] else ' class="unverified"'
     return (
@@ -220,20 +233,33 @@ def routing_acts() -> str:
     )
 
 
+def report_parts(parts: ReportSections) -> dict[str, str]:
+    """The report's parts by the id of what each replaces on the run page."""
+    return {
+        "report-header": f'<div id="report-header">{parts.header}</div>',
+        "halt": parts.halt,
+        "usage": parts.usage,
+        "diagram": parts.diagram,
+        "replay": parts.replay,
+        "timeline": parts.timeline,
+    }
+
+
 def run_page(run_id: str, parts: ReportSections | None, problem: str, live: str, acts: str) -> str:
-    """One run: the live panel, its acts, the report's parts and the step viewer."""
+    """One run: the live panel, its acts, the report's parts, and the step viewer (which
+    opens under the row of the timeline it shows)."""
     stepper = (
-        '<section id="stepper"><h2>Step through the transitions</h2>'
-        '<p class="muted">j / ↓ / → next · k / ↑ / ← previous · or click a row below</p>'
-        '<div id="step-detail" aria-live="polite"><p class="muted">no step chosen</p></div>'
-        "</section>"
+        '<p id="stepper" class="muted">Step through the transitions: j / ↓ / → next ·'
+        " k / ↑ / ← previous · or click a row of the timeline; the step opens under its"
+        " row.</p>"
     )
     if parts is None:
         report = f'<p class="bad" id="report-error">{esc(problem)}</p>'
         return f'<div id="run" data-run="{esc(run_id)}">{live}{acts}{report}</div>'
+    p = report_parts(parts)
     return (
-        f'<div id="run" data-run="{esc(run_id)}">{parts.header}{live}{acts}{parts.halt}'
-        f"{parts.usage}{parts.diagram}{parts.replay}{stepper}{parts.timeline}</div>"
+        f'<div id="run" data-run="{esc(run_id)}">{p["report-header"]}{live}{acts}{p["halt"]}'
+        f"{p['usage']}{p['diagram']}{p['replay']}{stepper}{p['timeline']}</div>"
     )
 
 

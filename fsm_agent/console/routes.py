@@ -29,9 +29,11 @@ from fsm_agent.console.queries import (
     run_page,
     step_detail,
 )
+from fsm_agent.console.step import step_html
 from fsm_agent.errors import FsmAgentError, InvalidInputError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import Store
+from fsm_agent.review.report import ReportSections
 from fsm_agent.review.report_html import CSS as REPORT_CSS
 from fsm_agent.review.report_html import esc
 from fsm_agent.review.truth import Truths
@@ -92,22 +94,44 @@ def _filters(q: dict[str, str]) -> tuple[RunFilters, tuple[str, str] | None]:
     return f, (at, rid) if at and rid else None
 
 
-def _run_body(store: Store, run_id: str, acts: bool) -> str:
-    """One run's page body: its live panel, its acts, the report's parts."""
+def _report(store: Store, run_id: str) -> tuple[ReportSections | None, str]:
+    """The run's report parts as of now (None, and why, when they cannot be drawn)."""
     from fsm_agent.journal.chain import verify_run
     from fsm_agent.journal.chain_key import key_from_env
     from fsm_agent.review.report import report_sections
 
     run = store.get_run(run_id)
     events = store.events(run_id)
-    state = live_state(store, run_id)
-    parts, problem = None, ""
     try:
-        parts = report_sections(run, events, verify_run(store, run_id, key=key_from_env()))
+        chain = verify_run(store, run_id, key=key_from_env())
+        return report_sections(run, events, chain), ""
     except FsmAgentError as exc:
-        problem = f"the report cannot be drawn: {exc}"
+        return None, f"the report cannot be drawn: {exc}"
+
+
+def _run_body(store: Store, run_id: str, acts: bool) -> str:
+    """One run's page body: its live panel, its acts, the report's parts. The panel is read
+    first: the stream sends every transition after its seq, the report may hold more."""
+    state = live_state(store, run_id)
+    parts, problem = _report(store, run_id)
     act_forms = pages.run_acts(run_id) if acts and not state["ended"] else ""
     return pages.run_page(run_id, parts, problem, pages.live_panel(state), act_forms)
+
+
+def _parts(store: Store, run_id: str) -> dict[str, Any]:
+    """The report's parts as the run page redraws them while the run is live."""
+    parts, problem = _report(store, run_id)
+    if parts is None:
+        return {"error": problem}
+    return {"sections": pages.report_parts(parts)}
+
+
+def _step(store: Store, run_id: str, seq: int) -> str | None:
+    from fsm_agent.declaration.load import parse_machine
+
+    run = store.get_run(run_id)
+    spec = parse_machine(run.machine_text, source=f"journal:{run_id}", resolve=False)
+    return step_html(spec, store.events(run_id), seq)
 
 
 class Endpoints:
@@ -124,7 +148,10 @@ class Endpoints:
             Route("/", self.runs),
             Route("/runs/{run_id}", self.one_run),
             Route("/charts", self.charts),
+            Route("/api/runs", self.rows),
             Route("/api/runs/{run_id}/events/{seq:int}", self.step),
+            Route("/api/runs/{run_id}/steps/{seq:int}", self.step_view),
+            Route("/api/runs/{run_id}/parts", self.parts),
             Route("/api/runs/{run_id}/live", self.live),
             Route("/api/charts", self.charts_api),
             Route("/static/report.css", self.report_css),
@@ -138,6 +165,18 @@ class Endpoints:
         text = pages.layout(title, page, body, token=token, where=self.where)
         return HTMLResponse(text, status_code=status)
 
+    def _listed(
+        self, f: RunFilters, cursor: tuple[str, str] | None
+    ) -> Callable[[Store], tuple[RunPage, tuple[Listed, ...], str | None]]:
+        known = self.journal.truths
+
+        def read(s: Store) -> tuple[RunPage, tuple[Listed, ...], str | None]:
+            version = s.control_version()
+            found = run_page(s, f, cursor)
+            return found, listed(s, found.runs, known), None if version is None else str(version)
+
+        return read
+
     async def runs(self, request: Request) -> Response:
         """The run list: filters, one page, the next page's link."""
         raw = dict(request.query_params.items())
@@ -146,16 +185,24 @@ class Endpoints:
             f, cursor = _filters(raw)
         except InvalidInputError as exc:
             f, cursor, error = RunFilters(), None, str(exc)
-        known = self.journal.truths
-
-        def read(s: Store) -> tuple[RunPage, tuple[Listed, ...]]:
-            found = run_page(s, f, cursor)
-            return found, listed(s, found.runs, known)
-
-        found, runs = await self.journal.read(read)
+        found, runs, version = await self.journal.read(self._listed(f, cursor))
         acts = pages.routing_acts() if self.guard else ""
-        body = pages.runs_page(found, runs, f, raw, acts, error)
+        body = pages.runs_page(found, runs, f, raw, acts, error, version)
         return self._html("fsm-agent console: runs", "runs", body, 400 if error else 200)
+
+    async def rows(self, request: Request) -> Response:
+        """The run list's rows as the page's script draws them again while runs move:
+        `{"version": …, "html": …}`, or `{"version": …}` alone when the journal has not
+        changed since `version` (SQLite's data_version)."""
+        raw = dict(request.query_params.items())
+        try:
+            f, cursor = _filters(raw)
+        except InvalidInputError as exc:
+            return json_response({"error": str(exc)}, 400)
+        found, runs, version = await self.journal.read(self._listed(f, cursor))
+        if version is not None and version == raw.get("version"):
+            return json_response({"version": version})
+        return json_response({"version": version, "html": pages.run_list(found, runs, raw)})
 
     async def one_run(self, request: Request) -> Response:
         """One run: live panel, acts, report, step viewer."""
@@ -178,15 +225,41 @@ class Endpoints:
             return json_response({"error": "no such step"}, 404)
         return json_response(data)
 
-    async def live(self, request: Request) -> Response:
-        """The run's state as Server-Sent Events until it ends."""
+    async def step_view(self, request: Request) -> Response:
+        """One journaled transition as the step viewer shows it: `{"seq": …, "html": …}`."""
+        run_id, seq = request.path_params["run_id"], int(request.path_params["seq"])
+        try:
+            found = await self.journal.read(lambda s: _step(s, run_id, seq))
+        except RunNotFound:
+            found = None
+        except FsmAgentError as exc:
+            return json_response({"error": f"the step cannot be drawn: {exc}"}, 500)
+        if found is None:
+            return json_response({"error": "no such step"}, 404)
+        return json_response({"seq": seq, "html": found})
+
+    async def parts(self, request: Request) -> Response:
+        """The run's report parts, drawn again (`{"sections": {id: html}}`)."""
         run_id = request.path_params["run_id"]
+        try:
+            return json_response(await self.journal.read(lambda s: _parts(s, run_id)))
+        except RunNotFound:
+            return json_response({"error": "no such run"}, 404)
+
+    async def live(self, request: Request) -> Response:
+        """The run's state as Server-Sent Events until it ends; `?after=SEQ`: with every
+        transition journaled after SEQ."""
+        run_id = request.path_params["run_id"]
+        raw = request.query_params.get("after")
+        if raw is not None and not raw.isdigit():
+            return json_response({"error": "after must be a sequence number"}, 400)
+        after = None if raw is None else int(raw)
         try:
             await self.journal.read(lambda s: s.get_run(run_id))
         except RunNotFound:
             return json_response({"error": "no such run"}, 404)
         return StreamingResponse(
-            stream(self.journal.read, run_id), media_type="text/event-stream",
+            stream(self.journal.read, run_id, after), media_type="text/event-stream",
             headers={"x-accel-buffering": "no"},
         )  # fmt: skip
 

@@ -29,7 +29,7 @@ def _guard_item(g: GuardResult, what: str, css: str) -> str:
     return f'<li class="{css}"><code>{esc(g.guard)}</code> {result} <span>{esc(what)}</span></li>'
 
 
-def _guards(spec: MachineSpec, ev: Event) -> str:
+def guards_list(spec: MachineSpec, ev: Event) -> str:
     """Each guard evaluated, coloured by what it did: the guards of the edge taken stand out
     (red when that edge stopped the run, green when it completed it, blue otherwise); guards
     of candidates ruled out are muted; the budget check on entry is muted unless it
@@ -121,7 +121,7 @@ def _row(spec: MachineSpec, ev: Event, verdict: str | None) -> str:
         f'{tr}<td class="num">{esc(ev.seq)}</td>'
         f'<td class="num">{esc(m.steps_used)}/{esc(b.max_steps)}</td>'
         f'<td class="edge">{esc(edge)}{trigger}{retry}{halt}</td>'
-        f"<td>{_guards(spec, ev)}</td>"
+        f"<td>{guards_list(spec, ev)}</td>"
         f'<td>{_facts(ev)}</td><td class="mono nowrap">{meters}</td><td>{replayed}</td></tr>'
     )
 

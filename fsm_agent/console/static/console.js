@@ -1,5 +1,6 @@
-// fsm-agent console: the one script of its pages. Journal text is only ever put on the
-// page with textContent (never innerHTML); data comes as JSON from this origin.
+// fsm-agent console: the one script of its pages. Data comes as JSON from this origin:
+// journal text in it is put on the page with textContent (never innerHTML), and the parts
+// the server draws again (escaped by the same code as the page) are parsed by DOMParser.
 "use strict";
 
 (function () {
@@ -56,7 +57,27 @@
     }
   }
 
+  // HTML the server drew (every journal string escaped by the same code as the page's),
+  // as nodes: parsed by DOMParser, whose scripts never run (nor may any inline one: CSP).
+  function drawn(html) {
+    const doc = new DOMParser().parseFromString(html, "text/html");
+    return Array.from(doc.body.childNodes);
+  }
+
+  function api(path) {
+    return fetch(path, { credentials: "same-origin" }).then((reply) => reply.json());
+  }
+
   // --- one run: the live panel --------------------------------------------------------
+  function logTransition(log, t) {
+    const item = el("li", null, "transition");
+    item.dataset.seq = String(t.seq);
+    const [first, ...rest] = t.lines;
+    item.appendChild(el("div", "seq " + first, "t-head"));
+    for (const line of rest) item.appendChild(el("div", line, "t-line"));
+    log.appendChild(item);
+  }
+
   function showLive(state) {
     const set = (id, text) => {
       const node = document.getElementById(id);
@@ -80,13 +101,7 @@
       }
     }
     const log = document.getElementById("live-log");
-    if (log && state.seq !== lastSeq && lastSeq !== null) {
-      const t = state.last;
-      const text = "seq " + t.seq + " · " + (t.source || "start") + " → " + t.dest +
-        (t.trigger ? " [" + t.trigger + "]" : "") + (t.note ? " · " + t.note : "");
-      log.appendChild(el("li", text));
-    }
-    lastSeq = state.seq;
+    for (const t of state.transitions || []) if (log) logTransition(log, t);
     set("live-seq", state.seq);
     left = state.ended ? null : state.wall_clock_left_ms;
     set("live-clock", state.clock);
@@ -103,7 +118,6 @@
   }
 
   let left = null;
-  let lastSeq = null;
   function tick() {
     const live = document.getElementById("live");
     if (!live || live.dataset.ended === "1" || left === null) return;
@@ -112,75 +126,150 @@
     if (node) node.textContent = "wall clock left " + Math.floor(left / 1000) + " s";
   }
 
+  // The report's parts (header with the chain badge, halt record, usage, the path, the
+  // replay, the timeline), drawn again by the server; one request at a time, the newest
+  // state last.
+  let drawing = null;
+  let again = false;
+  let waiting = [];
+  function redraw(runId, after) {
+    if (after) waiting.push(after);
+    if (drawing) {
+      again = true;
+      return drawing;
+    }
+    drawing = (async () => {
+      do {
+        again = false;
+        const data = await api("/api/runs/" + encodeURIComponent(runId) + "/parts");
+        if (!data.sections) continue;
+        for (const [id, html] of Object.entries(data.sections)) {
+          const old = document.getElementById(id);
+          const nodes = drawn(html);
+          if (old && nodes.length) old.replaceWith(...nodes);
+        }
+        if (steps) steps.redrawn();
+        document.getElementById("run").dataset.drawn = String(Date.now());
+      } while (again);
+      drawing = null;
+      const done = waiting;
+      waiting = [];
+      for (const fn of done) fn();
+    })();
+    return drawing;
+  }
+
   function followLive(runId) {
     const live = document.getElementById("live");
     if (!live || live.dataset.ended === "1") return;
-    lastSeq = Number(document.getElementById("live-seq").textContent);
-    const source = new EventSource("/api/runs/" + encodeURIComponent(runId) + "/live");
-    source.addEventListener("state", (e) => showLive(JSON.parse(e.data)));
+    const seq = Number(document.getElementById("live-seq").textContent);
+    const source = new EventSource(
+      "/api/runs/" + encodeURIComponent(runId) + "/live?after=" + encodeURIComponent(seq)
+    );
+    source.addEventListener("state", (e) => {
+      const state = JSON.parse(e.data);
+      showLive(state);
+      if ((state.transitions || []).length) redraw(runId);
+    });
     source.addEventListener("ended", (e) => {
-      showLive(JSON.parse(e.data));
       source.close();
+      showLive(JSON.parse(e.data));
       live.dataset.ended = "1";
-      // the halt record, replay and timeline are drawn by the server: show them
-      window.setTimeout(() => window.location.reload(), 300);
+      const acts = document.getElementById("acts");
+      if (acts) acts.remove();  // acts are for a live run
+      redraw(runId, () => { live.dataset.final = "1"; });
     });
     window.setInterval(tick, 1000);
   }
 
   // --- one run: stepping through the transitions (j/k, arrows, click) -------------------
+  // The step opens in a row right under the timeline row it shows, where the reader is.
+  let steps = null;
   function stepper(runId) {
-    const rows = Array.from(document.querySelectorAll("#timeline tr[data-seq]"));
-    const detail = document.getElementById("step-detail");
-    if (!rows.length || !detail) return;
-    let at = -1;
+    const detail = el("div", null, "step-detail");
+    detail.id = "step-detail";
+    detail.setAttribute("aria-live", "polite");
+    const holder = el("tr", null, "step-detail-row");
+    const cell = el("td");
+    cell.colSpan = 7;
+    cell.appendChild(detail);
+    holder.appendChild(cell);
+    let seq = null;
+    const rows = () => Array.from(document.querySelectorAll("#timeline tr[data-seq]"));
 
-    function section(title, value) {
-      const box = el("div", null, "step-part");
-      box.appendChild(el("h3", title));
-      box.appendChild(el("pre", JSON.stringify(value, null, 2)));
-      return box;
+    function place() {
+      const row = rows().find((r) => r.dataset.seq === seq);
+      rows().forEach((r) => r.classList.toggle("current", r === row));
+      if (!row) return null;
+      row.after(holder);
+      return row;
     }
 
     async function show(i) {
-      at = Math.max(0, Math.min(rows.length - 1, i));
-      rows.forEach((r, j) => r.classList.toggle("current", j === at));
-      rows[at].scrollIntoView({ block: "nearest" });
-      const seq = rows[at].dataset.seq;
-      detail.replaceChildren(el("p", "step seq " + seq + " …", "muted"));
-      const reply = await fetch(
-        "/api/runs/" + encodeURIComponent(runId) + "/events/" + encodeURIComponent(seq)
+      const all = rows();
+      if (!all.length) return;
+      const row = all[Math.max(0, Math.min(all.length - 1, i))];
+      seq = row.dataset.seq;
+      place();
+      detail.replaceChildren(el("p", "seq " + seq + " …", "muted"));
+      row.scrollIntoView({ block: "nearest" });
+      const data = await api(
+        "/api/runs/" + encodeURIComponent(runId) + "/steps/" + encodeURIComponent(seq)
       );
-      const ev = await reply.json();
-      const head = el("p", null, "step-head");
-      head.appendChild(el("strong", "seq " + ev.seq + " · " + ev.kind + " "));
-      head.appendChild(
-        el("code", (ev.source || "start") + " → " + ev.dest + (ev.trigger ? " [" + ev.trigger + "]" : ""))
-      );
-      const facts = ev.facts || {};
-      detail.replaceChildren(
-        head,
-        section("guards", ev.guards),
-        section("budget check", ev.check),
-        section("reply", facts.reply === undefined ? null : facts.reply),
-        section("tool call and receipts", facts.tool === undefined ? null : facts.tool),
-        section("snapshot", ev.snapshot)
-      );
-      detail.dataset.seq = String(ev.seq);
+      if (String(data.seq) !== seq) return;  // another step was chosen meanwhile
+      detail.replaceChildren(...(data.html ? drawn(data.html) : [el("p", data.error, "bad")]));
+      detail.dataset.seq = seq;
+      // the row and as much of its step as fits, the row kept in sight
+      const box = holder.getBoundingClientRect();
+      if (box.bottom > window.innerHeight) {
+        const top = row.getBoundingClientRect().top;
+        window.scrollBy(0, Math.min(box.bottom - window.innerHeight + 8, top - 8));
+      }
     }
 
-    rows.forEach((r, j) => r.addEventListener("click", () => show(j)));
+    const at = () => rows().findIndex((r) => r.dataset.seq === seq);
+    document.addEventListener("click", (e) => {
+      const row = e.target.closest && e.target.closest("#timeline tr[data-seq]");
+      if (row) show(rows().indexOf(row));
+    });
     document.addEventListener("keydown", (e) => {
       const tag = (e.target && e.target.tagName) || "";
       if (tag === "INPUT" || tag === "SELECT" || tag === "TEXTAREA") return;
       if (["j", "ArrowDown", "ArrowRight"].includes(e.key)) {
         e.preventDefault();
-        show(at + 1);
+        show(at() + 1);
       } else if (["k", "ArrowUp", "ArrowLeft"].includes(e.key)) {
         e.preventDefault();
-        show(at <= 0 ? 0 : at - 1);
+        show(at() <= 0 ? 0 : at() - 1);
       }
     });
+    // after the timeline is drawn again: the chosen row is marked and its step under it
+    return { redrawn: () => { if (seq !== null) place(); } };
+  }
+
+  // --- the run list, kept up to date -------------------------------------------------
+  const LIST_POLL_MS = 1500;
+  function followList() {
+    const list = document.getElementById("run-list");
+    if (!list) return;
+    async function look() {
+      if (document.visibilityState === "visible") {
+        const query = new URLSearchParams(window.location.search);
+        if (list.dataset.version) query.set("version", list.dataset.version);
+        try {
+          const data = await api("/api/runs?" + query.toString());
+          if (data.html !== undefined) {
+            list.replaceChildren(...drawn(data.html));
+            list.dataset.drawn = String(Date.now());
+          }
+          if (data.version) list.dataset.version = data.version;
+        } catch (err) {
+          // the console went away: keep what is shown, try again later
+        }
+      }
+      window.setTimeout(look, LIST_POLL_MS);
+    }
+    window.setTimeout(look, LIST_POLL_MS);
   }
 
   // --- across runs: the charts ---------------------------------------------------------
@@ -259,9 +348,11 @@
   if (page === "run") {
     const run = document.getElementById("run");
     if (run) {
+      steps = stepper(run.dataset.run);
       followLive(run.dataset.run);
-      stepper(run.dataset.run);
     }
+  } else if (page === "runs") {
+    followList();
   } else if (page === "charts") {
     charts();
   }
