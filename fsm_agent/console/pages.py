@@ -2,7 +2,8 @@
 through `esc` (the report's escaping); nothing from the journal is put in a script, a
 style or an event attribute. The pages load one script and two stylesheets, all from the
 package (`/static/…`); data the script needs comes as JSON from the console's API and is
-shown with `textContent`.
+shown with `textContent`, and the parts it draws again as runs move (`run_list`,
+`report_parts`, a step) are drawn here, escaped the same way, and parsed by `DOMParser`.
 """
 
 from __future__ import annotations

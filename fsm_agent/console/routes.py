@@ -1,5 +1,6 @@
-"""The console's endpoints: the pages, the JSON its script reads, the live stream and (in
-write mode only) the acts. Every journal read goes through `Journal.read` (one worker
+"""The console's endpoints: the pages, the JSON its script reads (a step, the report's parts
+and the list's rows drawn again as runs move), the live stream and (in write mode only) the
+acts. Every journal read goes through `Journal.read` (one worker
 thread at a time on the console's one connection).
 """
 
