@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 from typing import Any, Final, TextIO
@@ -129,16 +130,43 @@ def refuse_unencodable(what: str, text: str) -> None:
         raise InvalidInputError(f"{what} cannot be journaled: {why}")
 
 
-class _Escaping:
-    """A terminal's text stream that shows control characters as escapes (see `_CONTROLS`);
-    everything else is the stream's own."""
+class _Outlet:
+    """stdout or stderr as a command writes to it: a reader that went away (a closed pipe,
+    `| head -1`) or a stream that cannot be written changes nothing about the command — the
+    text is dropped, and the descriptor is pointed at the null device so that the exit's
+    own flush does not fail either; on a terminal, control characters are shown as escapes
+    (see `_CONTROLS`). Everything else is the stream's own."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, escape: bool) -> None:
         self._stream = stream
+        self._escape = escape
+        #: True once a write or flush failed: the rest of the output goes nowhere
+        self.gone = False
 
     def write(self, text: str) -> int:
-        self._stream.write(text.translate(_CONTROLS))
+        if not self.gone:
+            try:
+                self._stream.write(text.translate(_CONTROLS) if self._escape else text)
+            except (OSError, ValueError):
+                self._lost()
         return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._lost()
+
+    def _lost(self) -> None:
+        self.gone = True
+        try:
+            fd = self._stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+        except (OSError, ValueError, AttributeError):  # no descriptor: nothing to flush later
+            return
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -146,11 +174,12 @@ class _Escaping:
 
 def harden_streams() -> None:
     """Put stdout and stderr under the policy: a lone surrogate is written as its escape,
-    and on a terminal control characters are too. Idempotent; the CLI calls it before each
-    command (and so before its `Error: …` line)."""
+    on a terminal control characters are too, and a reader that went away changes nothing
+    (`_Outlet`). Idempotent; the CLI calls it before each command (and so before its
+    `Error: …` line)."""
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
-        if stream is None or isinstance(stream, _Escaping):
+        if stream is None or isinstance(stream, _Outlet):
             continue
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None and getattr(stream, "errors", FILE_ERRORS) != FILE_ERRORS:
@@ -163,5 +192,4 @@ def harden_streams() -> None:
             on_terminal = bool(isatty()) if isatty is not None else False
         except (ValueError, OSError):
             on_terminal = False
-        if on_terminal:
-            setattr(sys, name, _Escaping(stream))
+        setattr(sys, name, _Outlet(stream, escape=on_terminal))
