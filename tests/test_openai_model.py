@@ -47,7 +47,7 @@ def lab_run(tmp_path: Path, model: ModelAdapter, **options: Any) -> HaltRecord:
         task="Find the lab password",
         model=model,
         tools=load_tools("fsm_agent.examples.halt_lab.tools"),
-        allow=("lookup", "slow_lookup", "hang"),
+        allow=options.pop("allow", ("lookup", "slow_lookup", "hang")),
         store=tmp_path / "j.db",
         record_path=tmp_path / "r.json",
         **options,
@@ -201,7 +201,8 @@ def test_a_tool_off_the_allow_list_is_refused_before_anything_runs(
     declared = (Path(__file__).parent.parent / "machines" / "agent_loop.yaml").read_text()
     machine.write_text(declared.replace("thrash_limit: 0", "tools: [lookup]\nthrash_limit: 0"))
     server.play(tool_call("hang", {"seconds": 30}))
-    record = lab_run(tmp_path, openai_model(server), machine=str(machine))
+    # the operator grants the one tool the machine lists; the model proposes another
+    record = lab_run(tmp_path, openai_model(server), machine=str(machine), allow=("lookup",))
     assert record.halt_reason.value == "tool_refused"
     assert record.meters.tool_calls == 0
     advertised = [t["function"]["name"] for t in server.requests[0]["body"]["tools"]]

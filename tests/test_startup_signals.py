@@ -27,6 +27,7 @@ import pytest
 
 from fsm_agent import HaltReason, read_record
 from fsm_agent.stores.sqlite import SqliteStore
+from tests.lab import LAB_ALLOW_ARG
 
 ROOT = Path(__file__).parent.parent
 WAIT_S = 60.0
@@ -64,7 +65,7 @@ def one_try(folder: Path, argv: list[str], signum: int, delay: float) -> str:
     proc = subprocess.Popen(
         [*argv, "run", "agent_loop", "--task", "find it", "--model",
          "scripted:examples/halt_lab/slow.json", "--tools", "fsm_agent.examples.halt_lab.tools",
-         "--db", str(db), "--record", str(record), "--quiet"],
+         "--allow", LAB_ALLOW_ARG, "--db", str(db), "--record", str(record), "--quiet"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=os.pathsep.join(paths)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -21,6 +21,7 @@ from fsm_agent.errors import FsmAgentError
 from fsm_agent.review import svg_render
 from fsm_agent.review.diagram import to_dot, to_svg
 from tests.browser_runs import completed_run
+from tests.lab import LAB_ALLOW_ARG
 
 ROOT = Path(__file__).parent.parent
 BLUE, RED = "#1d4ed8", "#b91c1c"
@@ -117,7 +118,7 @@ def test_report_and_svg_diagram_work_with_no_dot_on_path(tmp_path: Path) -> None
     out = cli(
         "run", "agent_loop", "--task", "t", "--db", db, "--record", "r.json", "--json",
         "--model", f"scripted:{ROOT / 'examples/halt_lab/looping.json'}",
-        "--tools", "fsm_agent.examples.halt_lab.tools",
+        "--tools", "fsm_agent.examples.halt_lab.tools", "--allow", LAB_ALLOW_ARG,
     )  # fmt: skip
     run_id = re.search(r'"run_id": "([^"]+)"', out)
     assert run_id, out

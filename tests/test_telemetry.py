@@ -32,6 +32,7 @@ from fsm_agent.telemetry.content import (
 from fsm_agent.telemetry.root import build_trace
 from fsm_agent.telemetry.spans import Span
 from tests import model_server as ms
+from tests.lab import LAB_ALLOW
 from tests.model_server import ModelServer
 from tests.trace_runs import LAB_TOOLS, TASK, call, journaled, openai_run, reply
 
@@ -257,8 +258,8 @@ def test_operator_acts_and_handoffs_are_events_on_the_root(
     handoff = reply({"content": json.dumps({"handoff": {"why": "need the vault key"}})}, 2)
     server.play(call("lookup", {"q": "password"}, 1), handoff)
     model = RaisingModel(load_model("openai:test-model", endpoint=Endpoint(server.base_url)), db)
-    record = run("agent_loop", task=TASK, model=model, tools=load_tools(LAB_TOOLS), store=db,
-                 run_id="op-run", handle_signals=False)  # fmt: skip
+    record = run("agent_loop", task=TASK, model=model, tools=load_tools(LAB_TOOLS),
+                 allow=LAB_ALLOW, store=db, run_id="op-run", handle_signals=False)  # fmt: skip
     spans = build_trace(*journaled(db, record.run_id), TraceOptions())
     root = spans[0]
     assert root.attributes["fsm_agent.halt.reason"] == HaltReason.HANDOFF_REQUESTED.value

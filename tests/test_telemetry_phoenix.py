@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from tests import model_server as ms
+from tests.lab import LAB_ALLOW_ARG
 from tests.model_server import ModelServer
 from tests.trace_runs import LAB_ACTS, LAB_TOOLS, TASK
 
@@ -126,9 +127,9 @@ def lab_run(tmp_path: Path, model: ModelServer, *extra: str, phoenix: str | None
     model.play(*LAB_ACTS)
     n = len(list(tmp_path.glob("r*.json")))
     fsm_agent("run", "agent_loop", "--task", TASK, "--model", "openai:test-model",
-              "--base-url", model.base_url, "--tools", LAB_TOOLS, "--db", str(tmp_path / "j.db"),
-              "--record", str(tmp_path / f"r{n}.json"), "--quiet", *extra, phoenix=phoenix,
-              project_name=project_name)  # fmt: skip
+              "--base-url", model.base_url, "--tools", LAB_TOOLS, "--allow", LAB_ALLOW_ARG,
+              "--db", str(tmp_path / "j.db"), "--record", str(tmp_path / f"r{n}.json"), "--quiet",
+              *extra, phoenix=phoenix, project_name=project_name)  # fmt: skip
 
 
 def spans(phoenix: str, project_name: str) -> list[dict[str, Any]]:

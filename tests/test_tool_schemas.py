@@ -34,6 +34,7 @@ from fsm_agent.stores.sqlite import SqliteStore
 from fsm_agent.testing import assert_replays
 from tests import fixture_typed_tools as typed
 from tests import model_server as ms
+from tests.lab import granted
 from tests.model_server import ModelServer, answer, tool_call
 
 TOOLS = load_tools("tests.fixture_typed_tools")
@@ -469,6 +470,7 @@ def test_a_run_with_such_a_tool_stops_before_anything_runs(tmp_path: Path) -> No
             task="t",
             model=lambda prompt: None,
             tools=registry,
+            allow=("fetch",),
             store=tmp_path / "j.db",
             record_path=tmp_path / "r.json",
         )
@@ -497,7 +499,7 @@ def test_a_wrongly_typed_call_is_refused_the_model_told_why_and_a_corrected_one_
         load_machine("agent_loop"),
         task="Find the lab note",
         model=OpenAIChatModel("test-model", Endpoint(base_url=server.base_url)),
-        tools=load_tools("tests.fixture_typed_tools"),
+        **granted(load_tools("tests.fixture_typed_tools")),
         store=tmp_path / "j.db",
         record_path=tmp_path / "r.json",
     )

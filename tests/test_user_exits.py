@@ -61,7 +61,7 @@ def guard_machine() -> str:
 class Case:
     machine: str  # agent_loop, guard or action
     model: str
-    tools: str = X
+    tools: str = X  # registers lookup, the one tool each run is granted (--allow lookup)
     env: dict[str, str] = attrs.field(factory=dict)
     code: int = 70
     halt: str | None = "internal_error"  # None: refused before any run
@@ -130,8 +130,8 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, 
         env.update({f"FSM_AGENT_TEST_{k}": v for k, v in case.env.items()})
         started[name] = folder, subprocess.Popen(
             [sys.executable, "-m", "fsm_agent", "run", machine, "--task", name, "--model",
-             case.model, "--tools", case.tools, "--db", str(folder / "j.db"), "--record",
-             str(folder / "r.json"), "--quiet"],
+             case.model, "--tools", case.tools, "--allow", "lookup", "--db",
+             str(folder / "j.db"), "--record", str(folder / "r.json"), "--quiet"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
     done = {}

@@ -92,7 +92,8 @@ def test_a_user_project_with_its_own_stores_machines_examples(wheel: Path, tmp_p
 
     ran = _run(cli, "run", "agent_loop", "--task", "Find the lab password",
                "--model", "scripted:reply.json", "--tools", "examples.lab_tools",
-               "--db", "journal.db", "--json", cwd=project, env=env)  # fmt: skip
+               "--allow", "lookup", "--db", "journal.db", "--json",
+               cwd=project, env=env)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     record = json.loads(ran.stdout)
     assert record["halt_reason"] == "completed"

@@ -56,6 +56,7 @@ from fsm_agent.runtime.tools import argument_problem
 from fsm_agent.stores.sqlite import SqliteStore
 from tests import fixture_tools
 from tests.fixture_tools import process_alive
+from tests.lab import granted
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 HALT_LAB = EXAMPLES / "halt_lab"
@@ -148,16 +149,20 @@ def go(
     task: str = "find the lab password",
     **kwargs: Any,
 ) -> HaltRecord:
-    """One run on a real journal; a list of replies becomes a `ScriptedModel`."""
+    """One run on a real journal; a list of replies becomes a `ScriptedModel`. The run may
+    call every tool `tools` registers (`allow` defaults to all of them: agent_loop lists
+    none); a test of a machine that lists some passes its own `allow`."""
     if isinstance(model, list):
         model = ScriptedModel(model)
+    tools = tools if tools is not None else lab_tools()
     kwargs.setdefault("handle_signals", False)
     kwargs.setdefault("store", journal)
+    kwargs.setdefault("allow", tools.names())
     return run(
         machine,
         task=task,
         model=model,
-        tools=tools if tools is not None else lab_tools(),
+        tools=tools,
         record_path=record_path,
         **kwargs,
     )
@@ -733,7 +738,8 @@ def test_a_registered_tool_not_on_the_allow_list_is_refused_before_it_runs(
         return ToolResult(receipts=(Receipt(status=200, id="wire_1"),), final="wire_1")
 
     model = ScriptedModel([call("wire_money", amount=10_000)] * 3)
-    record = go(journal, record_path, model, reg, machine=_allowlisted("lookup"))
+    # the operator grants the one tool the machine lists; the model proposes another
+    record = go(journal, record_path, model, reg, machine=_allowlisted("lookup"), allow=["lookup"])
     assert_contract(record, record_path, journal)
     assert record.halt_reason is HaltReason.TOOL_REFUSED
     assert counter.n == 0
@@ -1199,7 +1205,7 @@ def test_arun_runs_the_same_contract_for_async_callers(
             "agent_loop",
             task="fetch k1",
             model=model,
-            tools=reg,
+            **granted(reg),
             store=journal,
             record_path=record_path,
         )
@@ -1227,7 +1233,7 @@ def test_arun_does_not_block_the_event_loop(journal: SqliteStore, record_path: P
                 "agent_loop",
                 task="block",
                 model=ScriptedModel([call("blocking")]),
-                tools=reg,
+                **granted(reg),
                 store=journal,
                 record_path=record_path,
             )
@@ -1326,7 +1332,7 @@ def test_the_record_keeps_the_last_tool_calls_and_counts_the_rest(
         "agent_loop",
         task="ping a lot",
         model=ScriptedModel([call("ping", n=i) for i in range(steps)]),
-        tools=reg,
+        **granted(reg),
         store=journal,
         budgets={"max_steps": steps},
         record_path=record_path,
@@ -1372,7 +1378,7 @@ def test_an_inline_tool_past_its_time_cap_is_refused_not_unknown(
         "agent_loop",
         task="be slow",
         model=ScriptedModel([call("slow")]),
-        tools=reg,
+        **granted(reg),
         store=journal,
         budgets={"tool_timeout_ms": 50},
         record_path=record_path,
