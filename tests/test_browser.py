@@ -8,15 +8,11 @@ sets FSM_AGENT_BROWSER_TESTS=require so that a missing tool fails instead.
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import re
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,14 +23,14 @@ from fsm_agent.journal.store import Event, RunRow
 from fsm_agent.review.diagram import run_path, to_mermaid
 from fsm_agent.review.report import incident_report, write_report
 from fsm_agent.review.svg_render import find_renderer
+from tests.browser_mermaid import NO_PROBLEMS, mermaid_script, render
+from tests.browser_mermaid import mermaid_page as open_mermaid
 from tests.browser_page import Watched, launch_chromium, missing, watched_page
 from tests.browser_runs import SCRIPT, completed_run, hostile_names_run, hostile_run
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
-MERMAID = "mermaid@11"
-NO_PROBLEMS: dict[str, list[str]] = {"blocked": [], "errors": [], "dialogs": []}
 
 #: What the page shows that a locator cannot say, measured in the page.
 PROBE = """() => ({
@@ -120,7 +116,8 @@ def test_the_report_opens_offline_shows_the_halt_and_runs_no_injected_script(
     expect(badge).to_have_text(halt)
     expect(badge).to_be_in_viewport(ratio=1)  # in the first screen, whole
     expect(page.locator("#diagram svg")).to_be_visible()
-    expect(page.locator("#diagram svg g.node")).to_have_count(7)  # six states, the start
+    # six states, the start, and a label node for each of drafting's two self-loops
+    expect(page.locator("#diagram svg g.node")).to_have_count(9)
     expect(page.locator("script")).to_have_count(0)
     expect(page.locator("img")).to_have_count(0)
     expect(page.locator("body")).to_contain_text(shows, use_inner_text=True)  # as text
@@ -146,22 +143,8 @@ def test_the_report_opens_offline_shows_the_halt_and_runs_no_injected_script(
 
 @pytest.fixture(scope="session")
 def mermaid_js(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """mermaid.min.js from the npm registry, installed once into FSM_AGENT_MERMAID_DIR or the
-    pytest cache (.pytest_cache/d/fsm-agent-mermaid) and reused by later sessions."""
-    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
-    prefix = Path(
-        os.environ.get("FSM_AGENT_MERMAID_DIR")
-        or (cache.mkdir("fsm-agent-mermaid") if cache else tmp_path_factory.mktemp("npm"))
-    )
-    script = prefix / "node_modules" / "mermaid" / "dist" / "mermaid.min.js"
-    if not script.exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            missing("npm missing: apt-get install npm (mermaid comes from the npm registry)")
-        command = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", MERMAID]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-        assert done.returncode == 0, f"npm install {MERMAID} failed:\n{done.stderr[-3000:]}"
-    return script
+    """mermaid.min.js from the npm registry (see `browser_mermaid`)."""
+    return mermaid_script(request, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -169,41 +152,11 @@ def mermaid_page(
     browser: Browser, mermaid_js: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Watched]:
     """A local page that loads mermaid.min.js from file:// and nothing else."""
-    html = tmp_path_factory.mktemp("mermaid") / "render.html"
-    html.write_text(
-        '<!DOCTYPE html><html><head><meta charset="utf-8">'
-        f'<script src="{mermaid_js.as_uri()}"></script></head><body></body></html>',
-        encoding="utf-8",
-    )
-    seen = watched_page(browser)
+    seen = open_mermaid(browser, mermaid_js, tmp_path_factory.mktemp("mermaid"))
     try:
-        seen.page.goto(html.as_uri())
-        assert seen.page.evaluate("typeof mermaid") == "object", seen.errors
-        seen.page.evaluate('mermaid.initialize({startOnLoad: false, securityLevel: "strict"})')
-        assert seen.problems() == NO_PROBLEMS
         yield seen
     finally:
         seen.close()
-
-
-_ids = itertools.count()
-
-
-def render(seen: Watched, text: str) -> dict[str, Any]:
-    """`mermaid.render` in the page: {"svg": …} or {"error": …}. Nothing fetched, and a
-    diagram that renders logs no error."""
-    errors_before = len(seen.errors)
-    result: dict[str, Any] = seen.page.evaluate(
-        "([id, text]) => mermaid.render(id, text)"
-        ".then(r => ({svg: r.svg}), e => ({error: String(e && e.message || e)}))",
-        [f"m{next(_ids)}", text],
-    )
-    assert all(u.startswith("file://") for u in seen.requests), seen.requests
-    assert seen.blocked == []
-    assert seen.dialogs == []
-    if "svg" in result:
-        assert seen.errors[errors_before:] == []
-    return result
 
 
 @pytest.mark.parametrize("machine", ["agent_loop", "examples/payments_retry/payments.yaml"])

@@ -133,7 +133,8 @@ def test_each_fixture_s_defect_is_found_with_its_counterexample(name: str, tmp_p
     assert replay_events(run_file.run, run_file.events).ok
     code, picture = invoke("diagram", machine, "--run", str(path))
     assert code == 0
-    assert "· taken" in picture
+    assert "<br>taken " in picture  # the path, labelled
+    assert "linkStyle " in picture  # and coloured
     code, _ = invoke("report", str(path), "-o", str(tmp_path / "r.html"))
     assert code == 0
     assert (tmp_path / "r.html").stat().st_size > 0

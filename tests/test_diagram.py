@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
@@ -17,9 +18,11 @@ from fsm_agent.declaration.load import load_machine, parse_machine
 from fsm_agent.declaration.spec import MachineSpec
 from fsm_agent.review import svg_render
 from fsm_agent.review.diagram import GraphvizMissing, export_diagram, run_path, to_dot, to_mermaid
+from fsm_agent.review.mermaid import NOT_TAKEN, TAKEN
 from fsm_agent.stores.sqlite import SqliteStore
 
 MISS = {"tool_call": {"name": "lookup", "args": {"q": "again"}}}
+LINK = re.compile(r"\s+\S+ (-->|---|-\.->)")
 needs_dot = pytest.mark.skipif(
     shutil.which("dot") is None, reason="Graphviz missing: apt-get install graphviz"
 )
@@ -39,19 +42,37 @@ def looping_run(tmp_path: Path) -> tuple[str, Path]:
     return record.run_id, db
 
 
+def links(text: str) -> list[str]:
+    """The Mermaid text's links in order (`linkStyle` counts them from 0)."""
+    return [line.strip() for line in text.splitlines() if LINK.match(line)]
+
+
+def styled(text: str, style: str) -> set[int]:
+    """The links `linkStyle` gives `style`."""
+    found: set[int] = set()
+    for line in text.splitlines():
+        if line.strip().startswith("linkStyle ") and line.strip().endswith(style):
+            found.update(int(n) for n in line.split()[1].split(","))
+    return found
+
+
 def test_mermaid_lists_every_transition_terminal_reasons_and_budgets() -> None:
     spec = load_machine("agent_loop")
     text = to_mermaid(spec)
-    assert text.splitlines()[3] == "stateDiagram-v2"
+    assert text.splitlines()[3] == "flowchart LR"
     assert (
-        "drafting --> done: answer [side_effects_receipted, answer_grounded, judge_agrees]"
-        " / completed"
+        'drafting -->|"answer<br>[side_effects_receipted,<br>answer_grounded, judge_agrees]'
+        '<br>/ completed"| done'
     ) in text
-    assert "tool_pending --> budget_exhausted: tool_timed_out / tool_timeout" in text
-    assert "note right of budget_exhausted: halts as max_steps, wall_clock" in text
+    assert 'tool_pending -->|"tool_timed_out<br>/ tool_timeout"| budget_exhausted' in text
+    assert 'budget_exhausted[["budget_exhausted<br>halts as max_steps, wall_clock' in text
     assert "budgets: max_steps 8, wall_clock_ms 15000" in text
     assert "class done,budget_exhausted,handoff terminal" in text
-    assert text.count(" --> ") == len(spec.transitions) + 1 + 3  # + start and three terminal exits
+    loops = sum(t.source == t.dest for t in spec.transitions)
+    assert loops == 2  # on drafting: answer and rejected, each retried
+    # the start, each transition, and a self-loop twice: out to its label and back
+    assert len(links(text)) == 1 + len(spec.transitions) + loops
+    assert "linkStyle" not in text  # no run, no path
 
 
 @pytest.mark.parametrize("fmt", ["mermaid", "dot"])
@@ -86,7 +107,17 @@ def test_a_run_path_is_highlighted_with_steps_counts_and_the_halt(tmp_path: Path
     tool_call = _edge(spec, "drafting", "tool_pending", "tool_call")
     assert path.edges[tool_call.index] == tuple(range(1, 9))
     mermaid = to_mermaid(spec, path)
-    assert "drafting --> tool_pending: tool_call · taken x8 (steps 1-8)" in mermaid
+    taken = 'drafting -->|"tool_call<br>taken x8 (steps 1-8)"| tool_pending'
+    assert taken in links(mermaid)
+    blue = styled(mermaid, TAKEN)
+    assert {links(mermaid)[i] for i in blue} == {
+        taken,
+        'tool_pending -->|"tool_returned<br>taken x8 (steps 1-8)"| awaiting_receipts',
+        'awaiting_receipts -->|"collected<br>taken x8 (steps 1-8)"| drafting',
+        'drafting -.->|"budget [budget_tripped]<br>/ the tripped meter<br>taken (step 8)"|'
+        " budget_exhausted",
+    }
+    assert styled(mermaid, NOT_TAKEN) == set(range(1, len(links(mermaid)))) - blue
     assert "class budget_exhausted halted" in mermaid
     assert f"run {run_id}: halt max_steps" in mermaid
     dot = to_dot(spec, path)
@@ -101,10 +132,6 @@ def _edge(spec: MachineSpec, source: str, dest: str, trigger: str, halt: str | N
         if (t.source, t.dest, t.trigger) == (source, dest, trigger)
         and (halt is None or t.halt == halt)
     )
-
-
-def _taken_labels(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if "taken" in line and "-->" in line]
 
 
 @pytest.mark.parametrize(
@@ -146,9 +173,11 @@ def test_only_the_parallel_edge_the_run_took_is_marked(
     )
     into_handoff = {t.index for t in spec.transitions if t.dest == "handoff"}
     assert set(path.edges) & into_handoff == {taken.index}
-    marked = [line for line in _taken_labels(to_mermaid(spec, path)) if "--> handoff" in line]
-    assert len(marked) == 1
-    assert f"/ {halt}" in marked[0]
+    mermaid = to_mermaid(spec, path)
+    marked = [links(mermaid)[i] for i in styled(mermaid, TAKEN)]
+    into_handoff_marked = [line for line in marked if line.endswith("| handoff")]
+    assert len(into_handoff_marked) == 1
+    assert f"/ {halt}" in into_handoff_marked[0]
     dot_marked = [
         line
         for line in to_dot(spec, path).splitlines()
@@ -184,7 +213,7 @@ def test_cli_diagram_to_stdout_to_a_file_and_with_a_run(tmp_path: Path) -> None:
     runner = CliRunner()
     shown = runner.invoke(cli, ["diagram", "agent_loop"], catch_exceptions=False)
     assert shown.exit_code == 0
-    assert "stateDiagram-v2" in shown.output
+    assert "flowchart LR" in shown.output
     out = tmp_path / "m.dot"
     wrote = runner.invoke(cli, ["diagram", "agent_loop", "--format", "dot", "-o", str(out)])
     assert wrote.exit_code == 0
