@@ -144,15 +144,16 @@ def _halt_section(run: RunRow, truth: Truth) -> str:
 
 def _diagram_section(spec: MachineSpec, run: RunRow, events: Sequence[Event]) -> str:
     svg = safe_svg(to_svg(spec, run_path(spec, run.run_id, events)))
-    svg = PT_SIZE.sub(r'\1="\2"', svg, count=2)  # reading size: Graphviz's points as pixels (75%)
+    svg = PT_SIZE.sub(r'\1="\2"', svg, count=2)  # full size: Graphviz's points as pixels (75%)
     caption = (
         "Blue: states visited and edges taken (with the steps they were taken at); red: "
-        "the halt state. Grey edges were not taken; dashed edges are the implicit budget halts."
+        "the halt state. Grey edges were not taken; dashed edges are the implicit budget halts;"
+        " a self-loop runs out to its label and back."
     )
-    return (
+    return (  # fitted to the frame's width by default (report_html.CSS): nothing is cut off
         f'<section id="diagram"><h2>Machine <code>{esc(spec.name)}</code> and the path taken'
-        '</h2><input type="checkbox" id="zoom"><label for="zoom"> fit to width (an overview;'
-        " by default the diagram is at reading size and scrolls sideways)</label>"
+        '</h2><input type="checkbox" id="zoom"><label for="zoom"> full size (the diagram'
+        " at Graphviz's size, scrolling sideways in its frame)</label>"
         f"<figure>{svg}<figcaption>{esc(caption)}</figcaption></figure></section>"
     )
 

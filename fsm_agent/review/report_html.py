@@ -60,8 +60,8 @@ li.g-took .t, li.g-took .f, li.g-done .t, li.g-done .f, li.g-halt .t, li.g-halt 
   color: inherit; }
 figure { margin: .5rem 0; overflow-x: auto; border: 1px solid var(--line); border-radius: 6px;
   padding: .5rem; background: #eff6ff; }
-figure svg { display: block; max-width: none; } figcaption { color: var(--muted); }
-#zoom:checked ~ figure svg { width: 100%; height: auto; }
+figure svg { display: block; max-width: 100%; height: auto; } figcaption { color: var(--muted); }
+#zoom:checked ~ figure svg { max-width: none; }
 label { cursor: pointer; }
 @page { size: A4 landscape; margin: 12mm; }
 @media print {
