@@ -25,7 +25,7 @@ from fsm_agent.cli.options import (
     say_result,
     shown,
 )
-from fsm_agent.declaration.load import load_machine, parse_machine
+from fsm_agent.declaration.load import load_machine
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import serde
 from fsm_agent.journal.chain import ChainReport, verify_run
@@ -35,8 +35,9 @@ from fsm_agent.review.diagram import (
     DiagramFormat,
     GraphvizMissing,
     export_diagram,
-    run_path,
+    path_of_run,
 )
+from fsm_agent.review.diagram_labels import lacking_lines
 from fsm_agent.review.replay import ReplayReport, replay_events, with_chain
 from fsm_agent.review.view import format_step
 from fsm_agent.run_ids import names_a_file, resolve_run_id
@@ -230,7 +231,8 @@ def stats(db: str, machine: str | None, since: str | None, as_json: bool) -> Non
 def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: str | None,
             db: str) -> None:  # fmt: skip
     """Export MACHINE (a declared name or a .yaml path) as a diagram; with --run, the path
-    the run took is highlighted and its halt state marked with the halt reason."""
+    the run took is highlighted and its halt state marked with the halt reason (on MACHINE
+    as given: taken edges it does not declare are listed, on stderr and in the diagram)."""
     if output is not None:
         refuse_overlaps(db, {"--output": output}, {"MACHINE": machine, "--run": run_source})
     spec = load_machine(machine)
@@ -241,10 +243,13 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
             raise InvalidInputError(
                 f"run {run.run_id} ran machine {run.machine!r}, not {spec.name!r}"
             )
-        if run.machine_sha256 != spec.sha256:
-            # Draw what actually ran: the declaration recorded with the run.
-            spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}", resolve=False)
-        path = run_path(spec, run.run_id, events)
+        path = path_of_run(spec, run, events)
+        if path.ran_sha256 is not None:
+            click.echo(f"note: {machine} is not the declaration run {run.run_id} journaled"
+                       f" (sha256 {spec.sha256[:12]}, it ran {path.ran_sha256[:12]}): its path"
+                       " is drawn where the two declare the same edges", err=True)  # fmt: skip
+            for line in lacking_lines(path.lacking):
+                click.echo(f"note: {line}", err=True)
     try:
         text = export_diagram(spec, fmt, path)
     except GraphvizMissing as exc:
