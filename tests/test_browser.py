@@ -27,6 +27,7 @@ from tests.browser_mermaid import NO_PROBLEMS, mermaid_script, render
 from tests.browser_mermaid import mermaid_page as open_mermaid
 from tests.browser_page import Watched, launch_chromium, missing, watched_page
 from tests.browser_runs import SCRIPT, completed_run, hostile_names_run, hostile_run
+from tests.test_diagram_render import GUARD, MERMAID_BOXES
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -193,6 +194,9 @@ _AWKWARD = [
     ":", ": x", "[*]", "a --> b", "x: y", "%% not a comment", "#1", "a;b", '"quoted"',
     "<b>bold</b>",
     "9lives", "3", "naïve café", "日本語の状態", "s1", "s0", "{curly}", "back\\slash", "a`b",
+    "graph", "subgraph", "linkStyle", "flowchart", "x", "o", "box", "start_", "lacking_",
+    "loop6_", "A---oB", "a -.-> b", "a|b", "&lt;", "&amp;", "`md`", "**bold**", "%%{init: {}}%%",
+    "#quot;", "mod:fn",
 ]  # fmt: skip
 _names = st.one_of(
     st.sampled_from(_AWKWARD),
@@ -226,6 +230,7 @@ transitions:
   - {{trigger: rejected, source: {a}, dest: handoff, halt: schema_fail}}
   - {{trigger: {q(triggers[0])}, source: {b}, dest: {a}}}
   - {{trigger: {q(triggers[1])}, source: {b}, dest: handoff, halt: tool_error}}
+  - {{trigger: {q(triggers[0])}, source: {b}, dest: {b}, guards: [{q(GUARD)}]}}
 """
 
 
@@ -242,7 +247,10 @@ def test_mermaid_is_valid_for_every_name_the_loader_accepts(
     spec = parse_machine(_generated_machine(names, triggers), source="generated.yaml")
     text = to_mermaid(spec)
     assert text.count("\n") == len(text.splitlines())  # no name broke a line
-    result = render(mermaid_page, text)
+    result = render(mermaid_page, text, show=True)
     assert "error" not in result, (text, result)
     assert result["svg"].startswith("<svg")
     assert result["svg"].count("<script") == 0
+    # every name is drawn exactly as declared, each on a line of its own
+    lines = {line for box in mermaid_page.page.evaluate(MERMAID_BOXES) for line in box["lines"]}
+    assert {*names, *triggers, f"[{GUARD}]"} <= lines, text

@@ -44,7 +44,10 @@ ROOT = Path(__file__).parent.parent
 #: takes both of drafting's self-loops, the tool round trip and the handoff edge.
 LOOPING_REPLIES: list[Any] = ["just prose", {"answer": "it is 42"}, MISS, {"handoff": {"why": "x"}}]
 GUARD = "tests.fixture_guards:always_true"
-HOSTILE = 'a "quoted" #35; &lt; <img src=x onerror=alert(1)> %%{init: {"theme": "dark"}}%% | `x`'
+HOSTILE = (
+    'a "quoted" #35; &lt; <img src=x onerror=alert(1)> %%{init: {"theme": "dark"}}%% | `x`'
+    " back\\slash \\N \\l"  # Graphviz's escapes: the node's name, a left-justified line
+)
 
 #: Every label's lines as drawn, measured in the page. Mermaid: each node and edge label with
 #: its box (lines split at <br>); Graphviz: each <text> with its group (a node, an edge, the
