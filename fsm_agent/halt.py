@@ -51,6 +51,13 @@ IMPOSED: Final = frozenset(
     }
 )
 
+#: Halts that are errors: a tool failed, the runtime or its journal did. Every other halt is
+#: an outcome the declaration or its policy chose (a handoff asked for, a budget spent, a
+#: refusal), or the operator's; traces mark only these as ERROR.
+ERROR_HALTS: Final = frozenset(
+    {HaltReason.TOOL_ERROR, HaltReason.INTERNAL_ERROR, HaltReason.JOURNAL_FAILED}
+)
+
 DONE: Final = "done"
 BUDGET_EXHAUSTED: Final = "budget_exhausted"
 HANDOFF: Final = "handoff"

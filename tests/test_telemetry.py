@@ -34,7 +34,7 @@ from fsm_agent.telemetry.spans import Span
 from tests import model_server as ms
 from tests.lab import LAB_ALLOW
 from tests.model_server import ModelServer
-from tests.trace_runs import LAB_TOOLS, TASK, call, journaled, openai_run, reply
+from tests.trace_runs import LAB_ACTS, LAB_TOOLS, TASK, call, journaled, openai_run, reply
 
 ROOT = Path(__file__).parent
 
@@ -123,19 +123,86 @@ def test_model_and_tool_spans_carry_the_conventions_attributes(
     assert root.status == "ok"
 
 
-def test_a_failed_call_and_a_failed_run_carry_error_type(
+def test_a_failed_call_carries_error_type_and_a_refusing_halt_is_no_error(
     tmp_path: Path, server: ModelServer
 ) -> None:
     acts = (call("lookup", {"q": "lab password"}, 1), ms.Act(status=500, body={}))
     spans = trace_of(tmp_path, server, acts=acts, budgets={"max_retries": 0})
     root = spans[0]
     assert root.attributes["fsm_agent.halt.reason"] == "empty_response"
-    assert root.attributes["error.type"] == "empty_response"
-    assert root.status == "error"
-    assert root.status_description == "empty_response"
+    # the machine's declared halt for an empty reply (a handoff), not an error of the run
+    assert "error.type" not in root.attributes
+    assert (root.status, root.status_description) == ("unset", None)
     failed = [s for s in spans if s.name.startswith("chat")][-1]
     assert failed.attributes["error.type"] == "http_error"
     assert failed.status == "error"
+
+
+@pytest.mark.parametrize("reason", list(HaltReason))
+def test_only_error_halts_mark_the_run_error(
+    tmp_path: Path, server: ModelServer, reason: HaltReason
+) -> None:
+    # Issue 27: a handoff the policy asked for was ERROR in Phoenix. Only a tool's, the
+    # runtime's or the journal's failure is; completed is OK; every other halt is UNSET.
+    record = openai_run(tmp_path, server)
+    row, events = journaled(tmp_path / "j.db", record.run_id)
+    assert row.record is not None
+    halted = attrs.evolve(row.record, halt_reason=reason, error="the tool raised")
+    root = build_trace(attrs.evolve(row, record=halted), events, TraceOptions(content=True))[0]
+    if reason in (HaltReason.TOOL_ERROR, HaltReason.INTERNAL_ERROR, HaltReason.JOURNAL_FAILED):
+        assert root.status == "error"
+        assert root.attributes["error.type"] == reason.value
+        assert root.status_description == f"{reason.value}: the tool raised"
+    else:
+        assert root.status == ("ok" if reason is HaltReason.COMPLETED else "unset")
+        assert "error.type" not in root.attributes
+        assert root.status_description is None
+    assert root.attributes["fsm_agent.halt.reason"] == reason.value
+
+
+def test_spans_carry_what_phoenix_reads_beside_the_conventions(
+    tmp_path: Path, server: ModelServer
+) -> None:
+    # OpenInference (Arize Phoenix): each span's kind; on model calls the model, provider,
+    # token counts and the cost the call reported; tokens only there (Phoenix sums them up
+    # the tree, so the root carrying totals too would count them twice).
+    server.play(*LAB_ACTS)  # at $1.50 / $5 per million tokens: $0.02, $0.04, $0.06
+    prices = {"price_in": 1500.0, "price_out": 5000.0, "worst_case_cost": 1.0}
+    model = load_model("openai:test-model", endpoint=Endpoint(server.base_url, **prices))
+    record = run("agent_loop", task=TASK, model=model, tools=load_tools(LAB_TOOLS),
+                 allow=("lookup",), store=tmp_path / "j.db", handle_signals=False)  # fmt: skip
+    plain = build_trace(*journaled(tmp_path / "j.db", record.run_id), TraceOptions())
+    kinds = {s.name: s.attributes["openinference.span.kind"] for s in plain}
+    assert kinds["invoke_agent agent_loop"] == "AGENT"
+    assert kinds["transition drafting -> tool_pending"] == "CHAIN"
+    assert (kinds["chat test-model"], kinds["execute_tool lookup"]) == ("LLM", "TOOL")
+    root = plain[0]
+    assert root.attributes["agent.name"] == "agent_loop"
+    assert not any(k.startswith("llm.") for k in root.attributes)
+    chats = [s.attributes for s in plain if s.name == "chat test-model"]
+    assert [c["llm.token_count.prompt"] for c in chats] == [10, 20, 30]
+    assert [c["llm.token_count.completion"] for c in chats] == [1, 2, 3]
+    assert [c["llm.token_count.total"] for c in chats] == [11, 22, 33]
+    assert chats[0]["llm.model_name"] == "test-model-2026-01"  # the model that answered
+    assert (chats[0]["llm.provider"], chats[0]["llm.system"]) == ("openai", "openai")
+    costs = [float(c["llm.cost.total"]) for c in chats]
+    assert costs == [c["fsm_agent.cost"] for c in chats]
+    assert sum(costs) == pytest.approx(record.meters.cost) == pytest.approx(0.12)
+    tool = next(s for s in plain if s.name == "execute_tool lookup")
+    assert tool.attributes["tool.name"] == "lookup"
+    # input.value / output.value are content: only with content capture
+    assert not any(k.startswith(("input.", "output.")) for s in plain for k in s.attributes)
+    spans = build_trace(*journaled(tmp_path / "j.db", record.run_id), TraceOptions(content=True))
+    root = spans[0].attributes
+    assert (root["input.value"], root["input.mime_type"]) == (TASK, "text/plain")
+    assert (root["output.value"], root["output.mime_type"]) == ("swordfish", "text/plain")
+    chat = next(s.attributes for s in spans if s.name == "chat test-model")
+    assert chat["input.value"] == chat["gen_ai.input.messages"]
+    assert chat["output.value"] == chat["gen_ai.output.messages"]
+    assert chat["input.mime_type"] == chat["output.mime_type"] == "application/json"
+    hit = [s.attributes for s in spans if s.name == "execute_tool lookup"][1]
+    assert json.loads(str(hit["input.value"])) == {"q": "lab password"}
+    assert json.loads(str(hit["output.value"]))["observation"] == {"fact": "swordfish"}
 
 
 def test_ids_are_derived_from_the_run_and_the_same_on_every_build(
@@ -263,6 +330,7 @@ def test_operator_acts_and_handoffs_are_events_on_the_root(
     spans = build_trace(*journaled(db, record.run_id), TraceOptions())
     root = spans[0]
     assert root.attributes["fsm_agent.halt.reason"] == HaltReason.HANDOFF_REQUESTED.value
+    assert (root.status, "error.type" in root.attributes) == ("unset", False)  # not an error
     assert root.attributes["fsm_agent.budgets.max_steps"] == 12
     names = [e.name for e in root.events]
     assert names == ["fsm_agent.operator", "fsm_agent.handoff"]

@@ -73,6 +73,19 @@ def bounded(value: Any, options: TraceOptions, limit: int = MAX_CONTENT_CHARS) -
     return cut(options.redactor.text(as_text(value)), limit)
 
 
+def text_value(prefix: str, value: Any, options: TraceOptions) -> dict[str, str]:
+    """OpenInference's `input.value` / `output.value` (`prefix`) of a captured value, with
+    its `….mime_type`: a string as `text/plain`, anything else as `application/json`."""
+    mime = "text/plain" if isinstance(value, str) else "application/json"
+    return {f"{prefix}.value": bounded(value, options), f"{prefix}.mime_type": mime}
+
+
+def json_value(prefix: str, text: str) -> dict[str, str]:
+    """`input.value` / `output.value` (`prefix`) of JSON text already bounded (a model
+    call's messages)."""
+    return {f"{prefix}.value": text, f"{prefix}.mime_type": "application/json"}
+
+
 def _part_value(value: Any, options: TraceOptions) -> Any:
     """A structured value inside a message part: kept as it is when its JSON is short, else
     its text cut (a string in place of the object)."""

@@ -6,6 +6,11 @@ the budgets in force as `fsm_agent.*` attributes, the token totals of its model 
 as span events each operator act, each resume and the handoff packet. A run that has not
 halted yet has its steps' spans and no root: its root comes when it halts (a backend keeps
 a span id once, so a root sent early could never be corrected).
+
+Its status is OK when the run completed, ERROR (with `error.type`, the halt reason) only
+for the halts that are errors (`fsm_agent.halt.ERROR_HALTS`: a tool failed, the runtime or
+its journal did), and UNSET for every other halt: a handoff the policy asked for, a budget
+spent or a refusal is the declaration doing its job, not a failure of the run.
 """
 
 from __future__ import annotations
@@ -14,11 +19,11 @@ from collections.abc import Sequence
 
 import attrs
 
-from fsm_agent.halt import HaltReason
+from fsm_agent.halt import ERROR_HALTS, HaltReason
 from fsm_agent.journal.store import Event, RunRow
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.usage import ModelUsage, total
-from fsm_agent.telemetry.content import TraceOptions, bounded, text_part
+from fsm_agent.telemetry.content import TraceOptions, bounded, text_part, text_value
 from fsm_agent.telemetry.spans import AttrValue, Span, SpanEvent
 from fsm_agent.telemetry.steps import UNKNOWN_PROVIDER, RunSpans, iso_ns
 
@@ -43,17 +48,20 @@ def root_span(row: RunRow, events: Sequence[Event], options: TraceOptions) -> Sp
         attributes["gen_ai.input.messages"] = bounded(
             [{"role": "user", "parts": [text_part(row.task, options)]}], options
         )
+        attributes |= text_value("input", row.task, options)
         if record.answer is not None:
             output = {"role": "assistant", "parts": [text_part(record.answer, options)],
                       "finish_reason": "stop"}  # fmt: skip
             attributes["gen_ai.output.messages"] = bounded([output], options)
-    failed = record.halt_reason is not HaltReason.COMPLETED
+            attributes |= text_value("output", record.answer, options)
+    failed = record.halt_reason in ERROR_HALTS
     if failed:
         attributes["error.type"] = record.halt_reason.value
     why = record.halt_reason.value
     if failed and options.content and record.error:
         why = bounded(f"{why}: {record.error}", options)
     end = max(iso_ns(record.ended_at), iso_ns(row.started_at))
+    done = record.halt_reason is HaltReason.COMPLETED
     return Span(
         f"invoke_agent {row.machine}",
         ids.trace_id,
@@ -63,7 +71,7 @@ def root_span(row: RunRow, events: Sequence[Event], options: TraceOptions) -> Sp
         end,
         attributes=attributes,
         events=(*_journal_events(row, events), *_handoff(record, end, options)),
-        status="error" if failed else "ok",
+        status="error" if failed else "ok" if done else "unset",
         status_description=why if failed else None,
     )
 
@@ -73,6 +81,8 @@ def _agent_attributes(row: RunRow, usages: Sequence[ModelUsage]) -> dict[str, At
     providers = [u.provider for u in usages if u.provider]
     models = [u.request_model for u in usages if u.request_model]
     attributes: dict[str, AttrValue] = {
+        "openinference.span.kind": "AGENT",
+        "agent.name": row.machine,
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.provider.name": providers[0] if providers else UNKNOWN_PROVIDER,
         "gen_ai.agent.name": row.machine,

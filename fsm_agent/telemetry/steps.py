@@ -24,6 +24,7 @@ from fsm_agent.telemetry.content import (
     TraceOptions,
     bounded,
     fitted,
+    json_value,
     note_message,
     reply_parts,
     text_part,
@@ -114,6 +115,7 @@ class RunSpans:
     def _step(self, event: Event, step_id: bytes, start: int, end: int) -> Span:
         snap = event.snapshot
         attributes: dict[str, AttrValue] = {
+            "openinference.span.kind": "CHAIN",
             "fsm_agent.run.id": self.run_id,
             "fsm_agent.event.seq": event.seq,
             "fsm_agent.step": snap.meters.steps_used,
@@ -138,6 +140,7 @@ class RunSpans:
         usage = facts.usage or ModelUsage()
         attributes = model_attributes(usage, self.run_id)
         attributes["fsm_agent.cost"] = facts.reply_cost
+        attributes["llm.cost.total"] = facts.reply_cost
         proposal = event.snapshot.proposal
         attributes["fsm_agent.proposal"] = (
             proposal.kind if isinstance(proposal, Rejection) else event.trigger or ""
@@ -146,11 +149,12 @@ class RunSpans:
         if error is not None:
             attributes["error.type"] = error
         if self.options.content:
-            attributes["gen_ai.input.messages"] = fitted(self.history)
             parts = reply_parts(proposal, facts.reply, self.options)
             output = {"role": "assistant", "parts": parts,
                       "finish_reason": _finish(usage, proposal, error)}  # fmt: skip
-            attributes["gen_ai.output.messages"] = bounded([output], self.options)
+            messages = fitted(self.history), bounded([output], self.options)
+            attributes["gen_ai.input.messages"], attributes["gen_ai.output.messages"] = messages
+            attributes |= json_value("input", messages[0]) | json_value("output", messages[1])
         began = max(start, end - usage.latency_ms * 1_000_000) if facts.usage else start
         name = f"chat {usage.request_model}" if usage.request_model else "chat"
         return Span(name, self.trace_id, self._id(event, "model"), parent, began, end,
@@ -161,6 +165,8 @@ class RunSpans:
         self, event: Event, facts: Facts, tool: ToolOutcome, parent: bytes, start: int, end: int
     ) -> Span:
         attributes: dict[str, AttrValue] = {
+            "openinference.span.kind": "TOOL",
+            "tool.name": tool.name,
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool.name,
             "gen_ai.tool.type": "function",
@@ -175,10 +181,14 @@ class RunSpans:
         if error is not None:
             attributes["error.type"] = error
         if self.options.content:
-            attributes["gen_ai.tool.call.arguments"] = bounded(tool.args, self.options)
+            args = bounded(tool.args, self.options)
+            attributes["gen_ai.tool.call.arguments"] = args
+            attributes |= json_value("input", args)
             if tool.status == "returned":
-                result = {"observation": tool.observation, "final": tool.final}
-                attributes["gen_ai.tool.call.result"] = bounded(result, self.options)
+                result = bounded({"observation": tool.observation, "final": tool.final},
+                                 self.options)  # fmt: skip
+                attributes["gen_ai.tool.call.result"] = result
+                attributes |= json_value("output", result)
         began = max(start, end - tool.duration_ms * 1_000_000)
         return Span(f"execute_tool {tool.name}", self.trace_id, self._id(event, "tool"), parent,
                     began, end, attributes=attributes,
@@ -209,8 +219,11 @@ def _finish(usage: ModelUsage, proposal: Proposal | None, error: str | None) -> 
 
 
 def model_attributes(usage: ModelUsage, run_id: str) -> dict[str, AttrValue]:
-    """A model call's `gen_ai.*` attributes: the ones its usage knows."""
+    """A model call's `gen_ai.*` attributes, and OpenInference's `llm.*` beside them (what
+    Phoenix reads and prices: the model, its provider, the token counts): the ones its
+    usage knows."""
     attributes: dict[str, AttrValue] = {
+        "openinference.span.kind": "LLM",
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": usage.provider or UNKNOWN_PROVIDER,
         "gen_ai.conversation.id": run_id,
@@ -221,6 +234,15 @@ def model_attributes(usage: ModelUsage, run_id: str) -> dict[str, AttrValue]:
         "gen_ai.response.id": usage.response_id,
         "gen_ai.usage.input_tokens": usage.input_tokens,
         "gen_ai.usage.output_tokens": usage.output_tokens,
+    }
+    tokens = (usage.input_tokens, usage.output_tokens)
+    optional |= {
+        "llm.model_name": usage.response_model or usage.request_model,
+        "llm.provider": usage.provider,
+        "llm.system": usage.provider,
+        "llm.token_count.prompt": usage.input_tokens,
+        "llm.token_count.completion": usage.output_tokens,
+        "llm.token_count.total": None if None in tokens else sum(t or 0 for t in tokens),
     }
     attributes.update({k: v for k, v in optional.items() if v is not None})
     if usage.finish_reason is not None:
