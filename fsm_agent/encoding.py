@@ -77,31 +77,46 @@ def wire_text(value: Any) -> str:
     return _LONE.sub(lambda m: f"\\\\u{ord(m.group()):04x}", text)
 
 
+#: How deep `joined` walks (the deepest reply read is 64: `runtime.proposals`).
+JOIN_DEPTH = 66
+
+
 def joined(value: Any) -> Any:
     """`value` with every surrogate pair held as two code points joined into its character,
     in strings and dict keys at any depth (the same object when there is none). JSON text
     cannot tell the two apart (`"\\ud83d\\ude00"` reads back as one character), so a value
     journaled with a split pair would read back different — and sort its keys differently,
     which changes its canonical bytes and so its seal. Values that enter a run (a model's
-    reply, a tool's result) are joined first (`runtime.outcomes.admit`)."""
+    reply, a tool's result) are joined first (`runtime.outcomes.admit`). Each container is
+    walked once (a cycle or a shared part costs nothing more), and not below `JOIN_DEPTH`
+    levels: what is left is the reply's own checks' to refuse (`proposals.json_problem`)."""
+    return _joined(value, 0, {})
+
+
+def _joined(value: Any, depth: int, seen: dict[int, Any]) -> Any:
     if isinstance(value, str):
         if value.isascii() or not _PAIR.search(value):
             return value
         return _PAIR.sub(
             lambda m: m.group().encode("utf-16-le", "surrogatepass").decode("utf-16-le"), value
         )
+    if depth > JOIN_DEPTH or not isinstance(value, dict | list | tuple):
+        return value
+    if id(value) in seen:
+        return seen[id(value)]
+    seen[id(value)] = value  # a cycle back to it finds it as it is
+    out: Any = value
     if isinstance(value, dict):
-        items = [(joined(k), joined(v)) for k, v in value.items()]
-        if all(a is k and b is v for (a, b), (k, v) in zip(items, value.items(), strict=True)):
-            return value
-        return dict(items)
-    if isinstance(value, list):
-        parts = [joined(v) for v in value]
-        return value if all(a is b for a, b in zip(parts, value, strict=True)) else parts
-    if isinstance(value, tuple):
-        parts = [joined(v) for v in value]
-        return value if all(a is b for a, b in zip(parts, value, strict=True)) else tuple(parts)
-    return value
+        items = [(_joined(k, depth + 1, seen), _joined(v, depth + 1, seen))
+                 for k, v in value.items()]  # fmt: skip
+        if not all(a is k and b is v for (a, b), (k, v) in zip(items, value.items(), strict=True)):
+            out = dict(items)
+    else:
+        parts = [_joined(v, depth + 1, seen) for v in value]
+        if not all(a is b for a, b in zip(parts, value, strict=True)):
+            out = parts if isinstance(value, list) else tuple(parts)
+    seen[id(value)] = out
+    return out
 
 
 def wire_json(value: Any) -> bytes:

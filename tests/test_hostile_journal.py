@@ -673,3 +673,13 @@ def test_joined_joins_split_pairs_at_any_depth(value: Any, expected: Any) -> Non
     assert joined(value) == expected
     plain = {"a": ["b", 1]}
     assert joined(plain) is plain  # nothing to join: the very value
+
+
+def test_joined_walks_a_cycle_or_a_shared_part_once() -> None:
+    looped: list[Any] = []
+    looped.extend([looped, looped])  # 2**depth paths, one list
+    assert joined(looped) is looped
+    shared = ["\ud83d\ude00"]
+    both = joined({"a": shared, "b": shared})
+    assert both == {"a": ["\U0001f600"], "b": ["\U0001f600"]}
+    assert both["a"] is both["b"]

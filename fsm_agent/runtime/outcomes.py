@@ -8,6 +8,7 @@ result contributes what a final answer may be grounded in.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import reprlib
 from collections.abc import Iterator
 from typing import Any
@@ -62,7 +63,9 @@ class _Preview(reprlib.Repr):
 def admit(value: Any, secrets: Redactor = NO_SECRETS) -> tuple[Any, Any]:
     """A raw value (a model reply, an observation) as the run may decide on it — `secrets`
     redacted from it (`Redactor.value`) — and as the journal keeps it (`jsonable`)."""
-    value = secrets.value(joined(value))
+    with contextlib.suppress(Exception):  # a hostile Python value (a raising __iter__ …)
+        value = joined(value)  # is left as it is: the reply's own checks refuse it
+    value = secrets.value(value)
     return value, _kept(value, secrets)
 
 
