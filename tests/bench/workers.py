@@ -146,7 +146,8 @@ def throughput(location: str, workers: int, runs: int, scratch: Scratch, steps: 
     records = scratch.fresh("queue-records")
     command = [
         sys.executable, "-m", "fsm_agent", "worker", "--db", location,
-        "--tools", "tests.bench.queue_stub", "--model", "python:tests.bench.queue_stub:model",
+        "--tools", "tests.bench.queue_stub", "--allow", "lookup",
+        "--model", "python:tests.bench.queue_stub:model",
         "--records", str(records), "--idle-exit",
     ]  # fmt: skip
     logs = [scratch.fresh(f"worker-{n}.log") for n in range(workers)]
