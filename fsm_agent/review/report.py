@@ -18,7 +18,7 @@ import attrs
 
 from fsm_agent.declaration.load import parse_machine
 from fsm_agent.declaration.spec import MachineSpec
-from fsm_agent.halt import HaltReason
+from fsm_agent.halt import ERROR_HALTS
 from fsm_agent.journal.chain import ChainReport
 from fsm_agent.journal.store import Event, RunRow
 from fsm_agent.review.diagram import run_path, to_svg
@@ -44,11 +44,6 @@ from fsm_agent.runtime.budgets import dollars
 from fsm_agent.runtime.record import HaltRecord, atomic_write_text
 from fsm_agent.runtime.resume import shown_status
 from fsm_agent.runtime.snapshot import SUCCESS_RULES
-
-#: The halts whose record's `error` is an error (for every other halt it says why).
-ERROR_HALTS = frozenset(
-    {HaltReason.TOOL_ERROR, HaltReason.INTERNAL_ERROR, HaltReason.JOURNAL_FAILED}
-)
 
 __all__ = ["ReportSections", "incident_report", "report_sections", "safe_svg", "write_report"]
 
