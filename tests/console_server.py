@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -40,12 +41,28 @@ def console(db: Path, *args: str, beside: bool = False) -> Iterator[Console]:
         url = _url(process)
         yield Console(url, process)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    """SIGTERM, and SIGKILL if the console has not exited within 15 s."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def controls(db: Path) -> list[tuple[object, ...]]:
+    """The operator controls journaled in `db`, oldest first: (kind, who, why)."""
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT kind, who, why FROM controls ORDER BY id").fetchall()
+    finally:
+        conn.close()
 
 
 def _url(process: subprocess.Popen[str]) -> str:

@@ -20,7 +20,7 @@ from fsm_agent.console.queries import RunFilters, run_page
 from fsm_agent.halt import HaltReason
 from fsm_agent.stores.sqlite import SqliteStore
 from tests.browser_runs import HOSTILE, SCRIPT, journaled
-from tests.console_server import MISS, SEARCH, Console, console, three_runs
+from tests.console_server import MISS, SEARCH, Console, console, controls, three_runs
 from tests.lab import lab_run
 
 
@@ -34,14 +34,6 @@ def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def read_only(journal: Path) -> Iterator[Console]:
     with console(journal) as c:
         yield c
-
-
-def controls(db: Path) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute("SELECT kind, who, why FROM controls").fetchall()
-    finally:
-        conn.close()
 
 
 def test_every_response_carries_the_strict_headers(read_only: Console) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -39,7 +38,7 @@ from fsm_agent.console.hosts import (
 )
 from fsm_agent.errors import InvalidInputError
 from tests.browser_page import launch_chromium, watched_page
-from tests.console_server import ROOT, START_S, three_runs
+from tests.console_server import ROOT, START_S, controls, stop, three_runs
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -226,13 +225,7 @@ def serving(db: Path, reach: str, *args: str) -> Iterator[Served]:
             time.sleep(0.05)
         yield served
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop(process)
 
 
 def _answers(served: Served, reach: str, host: str) -> bool:
@@ -244,14 +237,6 @@ def _answers(served: Served, reach: str, host: str) -> bool:
 
 def token_of(page: str) -> str:
     return page.split('name="console-token" content="', 1)[1].split('"', 1)[0]
-
-
-def controls(db: Path) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute("SELECT kind, who, why FROM controls ORDER BY id").fetchall()
-    finally:
-        conn.close()
 
 
 def assert_refused(r: httpx.Response, token: str | None = None) -> None:
