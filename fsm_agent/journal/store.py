@@ -26,7 +26,9 @@ SCHEMA_VERSION = 1
 #: started opens a run; transition is one state change; operator is a person's act on a
 #: live run (a raised budget, a pause), journaled where it took effect; resumed marks where
 #: a new process took an interrupted or paused run over.
-EventKind = Literal["started", "transition", "operator", "resumed"]
+#: forked marks where a fork goes on by itself, after the events it took from its parent;
+#: it holds the fork's lineage (`fsm_agent.runtime.fork_lineage.Lineage`).
+EventKind = Literal["started", "transition", "operator", "resumed", "forked"]
 #: paused: a person paused the run; its process ended and the run waits for `resume`.
 RunStatus = Literal["running", "paused", "halted"]
 

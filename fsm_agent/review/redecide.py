@@ -288,7 +288,7 @@ def redecide(r: Replayer, event: Event) -> StepReport:
             guards=checks,
             detail=None if same else "the start-of-run budget check differs",
         )
-    if event.kind in ("operator", "resumed"):  # a person's act, a take-over: recorded facts
+    if event.kind in ("operator", "resumed", "forked"):  # an act, a take-over, a fork: facts
         return StepReport(**step_base(event, snap), verdict="external", detail=event.note)
     assert event.source is not None  # noqa: S101 - only the started event has no source
     if not r.has_state(event.source):

@@ -24,13 +24,16 @@ import attrs
 from fsm_agent.declaration.load import parse_machine
 from fsm_agent.declaration.machine import compile_machine
 from fsm_agent.declaration.spec import MachineSpec
+from fsm_agent.encoding import text_sha256
 from fsm_agent.errors import InvalidInputError, MachineSpecError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.chain import ChainReport
 from fsm_agent.journal.store import Event, RunRow
+from fsm_agent.review.fork_replay import decided_under, kept_wrong
 from fsm_agent.review.redecide import Replayer, redecide
 from fsm_agent.review.step_report import GuardCheck, StepReport, Verdict
 from fsm_agent.runtime.budgets import make_budgets
+from fsm_agent.runtime.fork_lineage import stretches
 from fsm_agent.runtime.snapshot import BEFORE, SUCCESS_RULES
 
 __all__ = [
@@ -78,15 +81,57 @@ def replay_events(
     """
     rules = events[0].snapshot.rules if events else SUCCESS_RULES
     source = f"journal:{run.run_id}"
-    try:  # re-deciding needs the user guards: the one import a review makes
-        recorded = parse_machine(run.machine_text, source=source)
-    except MachineSpecError as exc:
-        shell = parse_machine(run.machine_text, source=source, resolve=False)
-        why = str(exc)
-        return _not_run(
-            run, journaled_halt(events), machine or shell, machine is not None, rules, why
-        )
-    spec = machine or recorded
+    try:  # a fork's events: what it copied under its parent's declaration, the rest its own
+        parts = stretches(run, events)
+    except InvalidInputError as exc:
+        return _unproven(run, events, machine, rules, str(exc))
+    specs = []
+    for part in parts:
+        if len(parts) > 1 and text_sha256(part.text) != part.sha256:
+            return _unproven(run, events, machine, rules, kept_wrong(events, part))
+        try:  # re-deciding needs the user guards: the one import a review makes
+            specs.append(parse_machine(part.text, source=source))
+        except MachineSpecError as exc:
+            shell = parse_machine(part.text, source=source, resolve=False)
+            why = str(exc)
+            return _not_run(
+                run, journaled_halt(events), machine or shell, machine is not None, rules, why
+            )
+    overrides = counterfactual_overrides(run, machine, budgets)
+    counterfactual = machine is not None or bool(overrides)
+    steps: list[StepReport] = []
+    for part, recorded in zip(parts, specs, strict=True):
+        r = Replayer(compile_machine(machine or recorded), overrides, recorded)
+        steps += _redecide_all(r, events[part.start : part.end], counterfactual)
+        if steps and steps[-1].verdict in ("diverged", "halted_earlier", "needs_facts"):
+            break
+    report = _conclude(run, events, machine or specs[-1], steps, counterfactual, rules)
+    if len(parts) == 1:
+        return report
+    return attrs.evolve(
+        report, summary=report.summary + decided_under(events, parts, specs, machine)
+    )
+
+
+def _unproven(
+    run: RunRow, events: Sequence[Event], machine: MachineSpec | None, rules: int, why: str
+) -> ReplayReport:
+    """A fork whose lineage cannot be used: nothing is proven."""
+    return ReplayReport(
+        run_id=run.run_id, machine=run.machine, machine_sha256=run.machine_sha256,
+        counterfactual=machine is not None, steps=(), recorded_halt=journaled_halt(events),
+        recomputed_halt=None, ok=False, rules=rules,
+        summary=f"NOT proven: this run is a fork, and {why}",
+    )  # fmt: skip
+
+
+def counterfactual_overrides(
+    run: RunRow,
+    machine: MachineSpec | None,
+    budgets: Mapping[str, int | float | None] | None,
+) -> dict[str, Any]:
+    """The snapshot fields a counterfactual replays under: other budgets (the run's with
+    `budgets` applied), another declaration's thrash limit and allow-list."""
     overrides: dict[str, Any] = {}
     if budgets and any(v is not None for v in budgets.values()):
         overrides["budgets"] = make_budgets(attrs.asdict(run.budgets), budgets)
@@ -94,10 +139,7 @@ def replay_events(
         overrides["thrash_limit"] = machine.thrash_limit
         if machine.tools is not None:
             overrides["allowlist"] = machine.tools
-    r = Replayer(compile_machine(spec), overrides, recorded)
-    counterfactual = r.counterfactual or machine is not None
-    steps = _redecide_all(r, events, counterfactual)
-    return _conclude(run, events, spec, steps, counterfactual, rules)
+    return overrides
 
 
 def _not_run(

@@ -53,7 +53,7 @@ def event_lines(e: Event) -> list[str]:
     pad = " " * 13
     if e.kind == "started":
         return [f"{e.seq:>4}  {step:>5}  start → {e.dest}"]
-    if e.kind == "resumed":
+    if e.kind in ("resumed", "forked"):  # a take-over, a fork's lineage (`show` prints it)
         return [f"{e.seq:>4}  {step:>5}  {e.note}"]
     line = f"{e.seq:>4}  {step:>5}  {e.source} → {e.dest}  [{e.trigger}]"
     if e.halt is not None:
