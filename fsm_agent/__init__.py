@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from fsm_agent.run_ids import RunNotFound
     from fsm_agent.runtime.actions import ActionResult
     from fsm_agent.runtime.budgets import Budgets, Meters
+    from fsm_agent.runtime.fork import fork_run
     from fsm_agent.runtime.lanes import LOCAL, ControlPlane, Lane, assert_local_halt
     from fsm_agent.runtime.proposals import parse_reply
     from fsm_agent.runtime.receipts import Receipt, receipts_complete
@@ -82,6 +83,7 @@ _EXPORTS = {
     "ToolResult": "fsm_agent.runtime.tools",
     "load_tools": "fsm_agent.runtime.tools",
     "arun": "fsm_agent.runtime.worker",
+    "fork_run": "fsm_agent.runtime.fork",
     "resume_run": "fsm_agent.runtime.worker",
     "run": "fsm_agent.runtime.worker",
 }
@@ -138,6 +140,7 @@ __all__ = [
     "ToolResult",
     "arun",
     "assert_local_halt",
+    "fork_run",
     "load_machine",
     "load_model",
     "load_tools",

@@ -160,9 +160,11 @@ def show(run_id: str, db: str, as_json: bool) -> None:
     from fsm_agent.cli.review import load_checked
 
     row, events, chain = load_checked(run_id, db)
+    from fsm_agent.cli.fork import fork_view_of
     from fsm_agent.review.usage import run_usage, usage_lines
 
     usage = run_usage(events)
+    lineage = fork_view_of(run_id, db, events)  # a fork: its parent, what changed, divergence
     if as_json:
         data = {
             "run": run_dict(row),
@@ -170,6 +172,7 @@ def show(run_id: str, db: str, as_json: bool) -> None:
             "usage": serde.unstructure(usage) | {"model": _totals(usage.model)},
             "events": [serde.unstructure(e) for e in events],
             "chain": serde.unstructure(chain) | {"ok": chain.ok},
+            "lineage": serde.unstructure(lineage),
         }
         click.echo(json.dumps(data, indent=2))
         return
@@ -188,6 +191,10 @@ def show(run_id: str, db: str, as_json: bool) -> None:
     for line in usage_lines(usage):
         click.echo(line)
     click.echo(chain.verdict())
+    if lineage is not None:
+        from fsm_agent.review.lineage import fork_lines
+
+        click.echo("\n".join(fork_lines(lineage)))
     click.echo("")
     click.echo(f"{'SEQ':>4}  {'STEP':>5}  TRANSITION")
     from fsm_agent.review.view import event_lines
@@ -286,6 +293,7 @@ def main() -> None:
 from fsm_agent.cli import anchor as cli_anchor  # noqa: E402, F401
 from fsm_agent.cli import check as cli_check  # noqa: E402, F401
 from fsm_agent.cli import console as cli_console  # noqa: E402, F401
+from fsm_agent.cli import fork as cli_fork  # noqa: E402, F401
 from fsm_agent.cli import ops as cli_ops  # noqa: E402, F401
 from fsm_agent.cli import queue as cli_queue  # noqa: E402, F401
 from fsm_agent.cli import review as cli_review  # noqa: E402, F401

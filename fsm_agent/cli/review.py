@@ -132,13 +132,18 @@ def replay(
                 click.echo(f"quit after {seen} of {len(report.steps)} steps ({rest} not"
                            " shown); the verdict re-decided them all:")  # fmt: skip
                 break
+    from fsm_agent.cli.fork import fork_hint
+
+    hint = fork_hint(report, machine_ref, db, from_file=names_a_file(source))
     if as_json:
         summary = {"summary": report.summary, "ok": report.ok,
                    "recorded_halt": report.recorded_halt,
                    "recomputed_halt": report.recomputed_halt,
-                   "counterfactual": report.counterfactual}  # fmt: skip
+                   "counterfactual": report.counterfactual, "fork": hint}  # fmt: skip
         click.echo(json.dumps(summary))
     else:
+        if hint is not None:  # before the verdict, which stays the last line
+            click.echo(hint)
         click.echo(report.summary)
     code = _exit_code(report)
     if code:
@@ -273,9 +278,11 @@ def report_(source: str, output: str, db: str, as_json: bool) -> None:
     from fsm_agent.review.report import report_page, report_sections, write_report
 
     refuse_overlaps(db, {"--output": output}, {"SOURCE": source})
+    from fsm_agent.cli.fork import parent_of
+
     run, events, chain = load_checked(source, db)
     try:
-        parts = report_sections(run, events, chain)
+        parts = report_sections(run, events, chain, parent_of(source, db, events))
     except GraphvizMissing as exc:
         raise InvalidInputError(f"the report draws the run's path as SVG: {exc}") from exc
     write_report(report_page(parts), output)

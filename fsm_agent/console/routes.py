@@ -99,13 +99,14 @@ def _report(store: Store, run_id: str) -> tuple[ReportSections | None, str]:
     """The run's report parts as of now (None, and why, when they cannot be drawn)."""
     from fsm_agent.journal.chain import verify_run
     from fsm_agent.journal.chain_key import key_from_env
+    from fsm_agent.review.lineage import parent_facts
     from fsm_agent.review.report import report_sections
 
     run = store.get_run(run_id)
     events = store.events(run_id)
     try:
         chain = verify_run(store, run_id, key=key_from_env())
-        return report_sections(run, events, chain), ""
+        return report_sections(run, events, chain, parent_facts(store, events)), ""
     except FsmAgentError as exc:
         return None, f"the report cannot be drawn: {exc}"
 

@@ -22,6 +22,7 @@ from fsm_agent.halt import ERROR_HALTS
 from fsm_agent.journal.chain import ChainReport
 from fsm_agent.journal.store import Event, RunRow
 from fsm_agent.review.diagram import run_path, to_svg
+from fsm_agent.review.lineage import ParentFacts, fork_html, fork_view
 from fsm_agent.review.replay import ReplayReport, replay_events, with_chain
 from fsm_agent.review.report_html import (
     CSP,
@@ -240,9 +241,13 @@ class ReportSections:
 
 
 def report_sections(
-    run: RunRow, events: Sequence[Event], chain: ChainReport | None = None
+    run: RunRow,
+    events: Sequence[Event],
+    chain: ChainReport | None = None,
+    parent: ParentFacts | None = None,
 ) -> ReportSections:
-    """The report's parts for one run (raises as `incident_report` does)."""
+    """The report's parts for one run (raises as `incident_report` does); a fork's header
+    shows its lineage, compared with its `parent`'s facts when they are given."""
     spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}", resolve=False)
     report = with_chain(replay_events(run, events), chain)
     reason = run.halt_reason.value if run.halt_reason else run.status
@@ -250,7 +255,7 @@ def report_sections(
         reason = f"UNVERIFIED {reason}"
     return ReportSections(
         title=f"fsm-agent incident {esc(run.run_id)}: {esc(reason)}",
-        header=_header(run, report, chain),
+        header=_header(run, report, chain) + fork_html(fork_view(events, parent)),
         halt=_halt_section(run, _truth(run, chain)),
         usage=usage_section(events),
         diagram=_diagram_section(spec, run, events),
