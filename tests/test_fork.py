@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +19,24 @@ from click.testing import CliRunner, Result
 from fsm_agent import HaltReason, read_record
 from fsm_agent.journal.chain import verify_run
 from fsm_agent.runtime.fork_lineage import Lineage, lineages
+from fsm_agent.stores import open_store
 from fsm_agent.stores.sqlite import SqliteStore
 from fsm_agent.testing import assert_replays
 from tests.console_server import console
 from tests.fixture_resume import IDEMPOTENT_ENV, LEDGER_ENV
 from tests.insider import insider
 from tests.lab import LAB_TOOLS, LOOKUP, MISS
+from tests.test_store_contract import pg_location, pg_server  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).parent.parent
 AGENT_LOOP = ROOT / "fsm_agent" / "machines" / "agent_loop.yaml"
 ANSWER = {"answer": "swordfish"}
 ORACLE = "python:tests.fixture_resume:oracle"
+#: environment variables a CLI call sets (None: unset during the call)
+Env = Mapping[str, str | None] | None
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> Result:
+def cli(*args: str, env: Env = None) -> Result:
     from fsm_agent.cli.main import cli as group
 
     return CliRunner().invoke(group, list(args), env=env)
@@ -56,25 +61,26 @@ def v2(tmp_path: Path, **edits: str) -> Path:
     return path
 
 
-def looping_parent(tmp_path: Path) -> tuple[str, str]:
-    """A lab run that looks up the wrong thing until its 8 steps are spent; its id and db."""
-    db = str(tmp_path / "j.db")
+def looping_parent(tmp_path: Path, db: str | None = None, env: Env = None) -> tuple[str, str]:
+    """A lab run that looks up the wrong thing until its 8 steps are spent; its id and db
+    (a SQLite file under tmp_path unless `db` names one)."""
+    db = db or str(tmp_path / "j.db")
     model = script(tmp_path, "loop.json", [MISS] * 12)
     ran = cli("run", "agent_loop", "--task", "Find the lab password", "--model", model,
               "--tools", LAB_TOOLS, "--allow", "lookup", "--db", db, "--quiet",
-              "--record", str(tmp_path / "parent.json"))  # fmt: skip
+              "--record", str(tmp_path / "parent.json"), env=env)  # fmt: skip
     assert ran.exit_code == 3, ran.output  # max_steps
     return read_record(tmp_path / "parent.json").run_id, db
 
 
-def fork(tmp_path: Path, parent: str, db: str, *args: str, env: dict[str, str] | None = None,
+def fork(tmp_path: Path, parent: str, db: str, *args: str, env: Env = None,
          record: str = "fork.json") -> Result:  # fmt: skip
     return cli("fork", parent, *args, "--tools", LAB_TOOLS, "--db", db, "--quiet",
                "--record", str(tmp_path / record), env=env)  # fmt: skip
 
 
 def run_ids(db: str) -> list[str]:
-    store = SqliteStore(db, read_only=True)
+    store = open_store(db, read_only=True)
     try:
         return store.run_ids()
     finally:
@@ -306,3 +312,28 @@ def test_the_fork_is_written_before_it_is_driven_and_resumes_like_any_run(tmp_pa
             k for (k,) in conn.execute("SELECT kind FROM events WHERE run_id = 'f0' ORDER BY seq")
         ]
     assert kinds[10:12] == ["forked", "resumed"]
+
+
+def test_a_keyed_fork_on_postgresql_verifies_and_replays_with_its_key(
+    tmp_path: Path,
+    pg_location: str,  # noqa: F811
+) -> None:
+    keyed = {"FSM_AGENT_CHAIN_KEY": "k" * 32}
+    parent, db = looping_parent(tmp_path, db=pg_location, env=keyed)
+    fixed = script(tmp_path, "fix.json", [MISS, MISS, MISS, LOOKUP, ANSWER])
+    args = ("--at", "9", "--machine", str(v2(tmp_path)), "--model", fixed)
+    unkeyed: dict[str, str | None] = {"FSM_AGENT_CHAIN_KEY": None}
+    refused = fork(tmp_path, parent, db, *args, env=unkeyed)
+    assert refused.exit_code == 2, refused.output
+    assert "its journal does not verify (keyed (key id" in refused.output
+    assert run_ids(db) == [parent]
+    forked = fork(tmp_path, parent, db, *args, env=keyed)
+    assert forked.exit_code == 0, forked.output
+    run_id = read_record(tmp_path / "fork.json").run_id
+    listed = {r["run_id"]: r["chain"] for r in json.loads(cli("runs", "--db", db, "--json",
+                                                             env=keyed).output)}  # fmt: skip
+    assert listed[run_id].startswith("hmac-sha256/4:")
+    assert cli("verify", run_id, "--db", db, env=keyed).exit_code == 0
+    replayed = cli("replay", run_id, "--db", db, env=keyed)
+    assert replayed.exit_code == 0, replayed.output
+    assert "halt completed proven" in replayed.output
