@@ -139,6 +139,9 @@ def test_a_fork_under_an_edited_declaration_completes_verifies_and_replays(tmp_p
     assert "would have halted thrashing at seq 4" in under_v2.output
     assert_replays(Path(db), record.run_id)
 
+    drawn = cli("diagram", str(machine), "--run", record.run_id, "--db", db, "--format", "dot")
+    assert drawn.exit_code == 0, drawn.output
+    assert "note:" not in drawn.output  # its copied edges found on v2 too, by identity
     shown = cli("show", record.run_id, "--db", db)
     assert f"fork of run {parent} at seq 9 (step 3/8, drafting)" in shown.output
     assert "agent_loop_v2" in shown.output

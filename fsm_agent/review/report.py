@@ -21,7 +21,7 @@ from fsm_agent.declaration.spec import MachineSpec
 from fsm_agent.halt import ERROR_HALTS
 from fsm_agent.journal.chain import ChainReport
 from fsm_agent.journal.store import Event, RunRow
-from fsm_agent.review.diagram import run_path, to_svg
+from fsm_agent.review.diagram import path_of_run, to_svg
 from fsm_agent.review.lineage import ParentFacts, fork_html, fork_view
 from fsm_agent.review.replay import ReplayReport, replay_events, with_chain
 from fsm_agent.review.report_html import (
@@ -139,7 +139,7 @@ def _halt_section(run: RunRow, truth: Truth) -> str:
 
 
 def _diagram_section(spec: MachineSpec, run: RunRow, events: Sequence[Event]) -> str:
-    svg = safe_svg(to_svg(spec, run_path(spec, run.run_id, events)))
+    svg = safe_svg(to_svg(spec, path_of_run(spec, run, events)))  # a fork's: by stretches
     svg = PT_SIZE.sub(r'\1="\2"', svg, count=2)  # full size: Graphviz's points as pixels (75%)
     caption = (
         "Blue: states visited and edges taken (with the steps they were taken at); red: "

@@ -16,9 +16,11 @@ import attrs
 from fsm_agent.declaration.edges import edge_ids, taken_transition
 from fsm_agent.declaration.load import parse_machine
 from fsm_agent.declaration.spec import MachineSpec
+from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import Event, RunRow
 from fsm_agent.review.diagram_labels import edge_label, steps_text
+from fsm_agent.runtime.fork_lineage import Stretch, stretches
 
 
 @attrs.frozen
@@ -81,8 +83,34 @@ def path_on(drawn: MachineSpec, ran: MachineSpec, path: RunPath) -> RunPath:
 def path_of_run(drawn: MachineSpec, run: RunRow, events: Sequence[Event]) -> RunPath:
     """The path `run` took, to draw on `drawn`: read on the declaration the run journaled
     (nothing of the author's code is imported), and put on `drawn` by `path_on` when that
-    is another declaration."""
-    if run.machine_sha256 == drawn.sha256:
-        return run_path(drawn, run.run_id, events)
-    ran = parse_machine(run.machine_text, source=f"journal:{run.run_id}", resolve=False)
-    return path_on(drawn, ran, run_path(ran, run.run_id, events))
+    is another declaration. A fork's events are read by stretches, each on the declaration
+    that decided it (what it copied on its parent's: `fork_lineage.stretches`)."""
+    try:
+        parts = stretches(run, events)
+    except InvalidInputError:  # a lineage that cannot be read: the run's own declaration
+        parts = [Stretch(0, len(events), run.machine_text, run.machine_sha256)]
+    found: RunPath | None = None
+    for part in parts:
+        taken = events[part.start : part.end]
+        if part.sha256 == drawn.sha256:
+            path = run_path(drawn, run.run_id, taken)
+        else:
+            ran = parse_machine(part.text, source=f"journal:{run.run_id}", resolve=False)
+            path = path_on(drawn, ran, run_path(ran, run.run_id, taken))
+        found = path if found is None else _joined(found, path)
+    assert found is not None  # noqa: S101 - stretches are never empty
+    other = run.machine_sha256 if run.machine_sha256 != drawn.sha256 else None
+    return attrs.evolve(found, ran_sha256=other)
+
+
+def _joined(before: RunPath, after: RunPath) -> RunPath:
+    """One path of two stretches of a run, `before` then `after`."""
+    keys = sorted({*before.edges, *after.edges})
+    edges = {k: before.edges.get(k, ()) + after.edges.get(k, ()) for k in keys}
+    halted = after.halt_reason is not None
+    return attrs.evolve(
+        before, edges=edges, visited=before.visited | after.visited,
+        halt_state=after.halt_state if halted else before.halt_state,
+        halt_reason=after.halt_reason if halted else before.halt_reason,
+        lacking=(*before.lacking, *after.lacking),
+    )  # fmt: skip
