@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 
 from fsm_agent import HaltReason, read_record
 from fsm_agent.journal.chain import verify_run
+from fsm_agent.journal.store import Event
 from fsm_agent.runtime.fork_lineage import Lineage, lineages
 from fsm_agent.stores import open_store
 from fsm_agent.stores.sqlite import SqliteStore
@@ -77,6 +78,14 @@ def fork(tmp_path: Path, parent: str, db: str, *args: str, env: Env = None,
          record: str = "fork.json") -> Result:  # fmt: skip
     return cli("fork", parent, *args, "--tools", LAB_TOOLS, "--db", db, "--quiet",
                "--record", str(tmp_path / record), env=env)  # fmt: skip
+
+
+def run_events(db: str, run_id: str) -> list[Event]:
+    store = open_store(db, read_only=True)
+    try:
+        return store.events(run_id)
+    finally:
+        store.close()
 
 
 def run_ids(db: str) -> list[str]:
@@ -340,3 +349,47 @@ def test_a_keyed_fork_on_postgresql_verifies_and_replays_with_its_key(
     replayed = cli("replay", run_id, "--db", db, env=keyed)
     assert replayed.exit_code == 0, replayed.output
     assert "halt completed proven" in replayed.output
+
+
+def test_a_call_the_parent_holds_no_outcome_of_is_refused_and_a_fork_of_a_fork_replays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fsm_agent import ScriptedModel, load_tools
+    from fsm_agent.runtime.fork import plan_fork
+
+    ledger = tmp_path / "ledger"
+    env: dict[str, str | None] = {LEDGER_ENV: str(ledger)}
+    parent, db = charge_parent(tmp_path, {LEDGER_ENV: str(ledger)})
+    monkeypatch.setenv(IDEMPOTENT_ENV, "1")  # a fork written at the call, never driven
+    store = SqliteStore(db)
+    try:
+        row, events = plan_fork(store, parent, 1, "f1", model=ScriptedModel([]),
+                                tools=load_tools("tests.fixture_resume"), machine=None,
+                                budgets=None, allow=None, clock=lambda: 0.0)  # fmt: skip
+        store.import_run(row, events, None)
+    finally:
+        store.close()
+    assert events[-1].dest == "tool_pending"
+    monkeypatch.delenv(IDEMPOTENT_ENV)
+    refused = cli("fork", "f1", "--at", "2", "--model", ORACLE, "--tools", "tests.fixture_resume",
+                  "--db", db, "--record", str(tmp_path / "no.json"), env=env)  # fmt: skip
+    assert refused.exit_code == 2, refused.output
+    assert (
+        "the parent's journal holds no outcome of it: its side effect is unknown" in refused.output
+    )
+    assert ledger.read_text().splitlines() == ["ord_1 k-1"]
+
+    resumed = cli("resume", "f1", "--model", ORACLE, "--tools", "tests.fixture_resume", "--db", db,
+                  "--record", str(tmp_path / "f1.json"),
+                  env={**env, IDEMPOTENT_ENV: "1"})  # fmt: skip
+    assert resumed.exit_code == 0, resumed.output  # idempotent: made again, the same key
+    last = len(run_events(db, "f1")) - 2  # the event before its halt
+    again = cli("fork", "f1", "--at", str(last), "--model", ORACLE, "--tools",
+                "tests.fixture_resume", "--db", db, "--record", str(tmp_path / "f2.json"),
+                env=env)  # fmt: skip
+    assert again.exit_code == 0, again.output
+    f2 = read_record(tmp_path / "f2.json").run_id
+    replayed = cli("replay", f2, "--db", db)
+    assert replayed.exit_code == 0, replayed.output
+    assert f"a fork of run f1 at seq {last}" in replayed.output
+    assert cli("verify", f2, "--db", db).exit_code == 0
