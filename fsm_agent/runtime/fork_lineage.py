@@ -67,8 +67,8 @@ class Lineage:
             found.append(f"allow-list → {', '.join(self.allowlist) or 'none'}")
         if self.thrash_limit is not None:
             found.append(f"thrash limit → {self.thrash_limit}")
-        if self.model is not None:
-            found.append(f"model {self.model}")
+        if self.model is not None:  # the parent's spec is not journaled: not a known change
+            found.append(f"model given: {self.model} (the parent's model spec is not journaled)")
         return found
 
 
