@@ -6,7 +6,7 @@ Registered on the `fsm-agent` group by `fsm_agent.cli.main`; a thin layer like t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import click
@@ -95,21 +95,7 @@ def fork(
     label = click.get_current_context().params.get("model_spec")
     with journal_store(db, must_exist=True) as store:
         parent = resolve_run_id(store, run_id)
-
-        def forked(event: Event) -> None:
-            # Said once the fork is this process's (a refused fork says only `Error: …`).
-            if event.kind == "resumed" and not as_json:
-                click.echo(
-                    f"run {event.run_id} forked from {parent} at seq {at}, going on from"
-                    f" {event.dest} (journal {shown(db)})"
-                )
-
-        live = progress_line(quiet)
-
-        def on_transition(event: Event) -> None:
-            forked(event)
-            live(event)
-
+        on_transition = _announced(parent, at, db, as_json, quiet)
         record = paused_or(
             lambda: fork_run(
                 parent,
@@ -127,6 +113,24 @@ def fork(
             )
         )
     finish(record, record_path, as_json)
+
+
+def _announced(
+    parent: str, at: int, db: str, as_json: bool, quiet: bool
+) -> Callable[[Event], None]:
+    """What the fork's process prints as it goes: that it forked, once the fork is its own
+    (a refused fork says only `Error: …`), then the live step lines."""
+    live = progress_line(quiet)
+
+    def on_transition(event: Event) -> None:
+        if event.kind == "resumed" and not as_json:
+            click.echo(
+                f"run {event.run_id} forked from {parent} at seq {at}, going on from"
+                f" {event.dest} (journal {shown(db)})"
+            )
+        live(event)
+
+    return on_transition
 
 
 def fork_hint(

@@ -119,17 +119,20 @@ def inside_call(ctx: RunContext, action: str, events: Sequence[Event], at: int) 
             return None
         what = "is not declared idempotent" if tool is not None else "is not in the tools given"
         args = json.dumps(call.args, sort_keys=True, default=repr)
-        made = outcome is not None and outcome.tool is not None
+        if after is not None and outcome is not None and outcome.tool is not None:
+            then = (
+                f"the parent made that call (seq {after.seq}): the fork would make it again;"
+                f" {call.name!r} {what}. Fork before the call was proposed, or at seq"
+                f" {after.seq}, after its outcome"
+            )
+        else:
+            then = (
+                "the parent's journal holds no outcome of it: its side effect is unknown;"
+                f" {call.name!r} {what}. Check it by hand, or fork before the call was proposed"
+            )
         return (
             f"seq {at} is inside a side-effecting call: the run was about to call"
-            f" {call.name}({args}), "
-            + (
-                f"and the parent made that call (seq {after.seq}): the fork would make it again"
-                if made and after is not None
-                else "and the parent's journal holds no outcome of it: its side effect is unknown"
-            )
-            + f"; {call.name!r} {what}. Fork before the call was proposed, or"
-            + (f" at seq {after.seq}, after its outcome" if made and after else " check it by hand")
+            f" {call.name}({args}), and {then}"
         )
     if has_side_effect(action):
         return (
