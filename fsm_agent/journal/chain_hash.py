@@ -225,11 +225,28 @@ def link_for(version: int) -> Callable[[str, Sequence[Any], bytes | None], str]:
     return link_v3 if version >= 3 else link
 
 
+#: Fields of the handoff packet added after records were sealed: left out of the sealed form
+#: while they hold their default (None), so a record sealed before they existed still
+#: verifies, and one that says what its run waits for is sealed with it.
+LATER_PACKET_FIELDS = ("call_sha256", "awaits", "wait_until")
+
+
 def record_link(head: str, record: HaltRecord, key: bytes | None = None) -> str:
     """The seal of a halt record onto the run's head: a digest of the head and the record's
-    canonical JSON (every field: reason, state, answer, packet, meters …). Its body starts
-    with `record`, so no event's link can be passed off as a record's."""
-    return _digest(f"{head}\nrecord\n{serde.dumps(record)}", key)
+    canonical JSON (every field: reason, state, answer, packet, meters …; those added later
+    only when set). Its body starts with `record`, so no event's link can be passed off as
+    a record's."""
+    return _digest(f"{head}\nrecord\n{_sealed_text(record)}", key)
+
+
+def _sealed_text(record: HaltRecord) -> str:
+    data = serde.unstructure(record)
+    packet = data.get("handoff")
+    if isinstance(packet, dict):
+        for name in LATER_PACKET_FIELDS:
+            if packet.get(name) is None:
+                packet.pop(name, None)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False, default=repr)
 
 
 @attrs.frozen
