@@ -167,7 +167,11 @@ def parent_of(source: str, db: str, events: Sequence[Event]) -> ParentFacts | No
 
 def fork_view_of(source: str, db: str, events: Sequence[Event]) -> ForkView | None:
     """The lineage view of a run read from SOURCE (None: no fork), compared with its parent
-    where the journal at `db` holds it."""
+    where the journal at `db` holds it (a run that is no fork reads nothing more)."""
+    from fsm_agent.review.fork_replay import own_lineage
+
+    if own_lineage(events) is None:
+        return None
     from fsm_agent.review.lineage import fork_view
 
     return fork_view(events, parent_of(source, db, events))
