@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from fsm_agent.run_ids import RunNotFound
     from fsm_agent.runtime.actions import ActionResult
     from fsm_agent.runtime.budgets import Budgets, Meters
+    from fsm_agent.runtime.decisions import decide_run
     from fsm_agent.runtime.fork import fork_run
     from fsm_agent.runtime.lanes import LOCAL, ControlPlane, Lane, assert_local_halt
     from fsm_agent.runtime.proposals import parse_reply
@@ -84,6 +85,7 @@ _EXPORTS = {
     "load_tools": "fsm_agent.runtime.tools",
     "arun": "fsm_agent.runtime.worker",
     "fork_run": "fsm_agent.runtime.fork",
+    "decide_run": "fsm_agent.runtime.decisions",
     "resume_run": "fsm_agent.runtime.worker",
     "run": "fsm_agent.runtime.worker",
 }
@@ -140,6 +142,7 @@ __all__ = [
     "ToolResult",
     "arun",
     "assert_local_halt",
+    "decide_run",
     "fork_run",
     "load_machine",
     "load_model",

@@ -33,6 +33,8 @@ class HaltReason(enum.StrEnum):
     SIDE_EFFECT_UNKNOWN = "side_effect_unknown"
     UNGROUNDED_ANSWER = "ungrounded_answer"
     REPEAT_REFUSED = "repeat_refused"
+    APPROVAL_REQUIRED = "approval_required"
+    WAIT_EXPIRED = "wait_expired"
     JOURNAL_FAILED = "journal_failed"
     INTERRUPTED = "interrupted"
     INTERNAL_ERROR = "internal_error"
@@ -48,7 +50,14 @@ IMPOSED: Final = frozenset(
         HaltReason.ROUTING_FROZEN,
         HaltReason.SIDE_EFFECT_UNKNOWN,
         HaltReason.JOURNAL_FAILED,
+        HaltReason.WAIT_EXPIRED,
     }
+)
+
+#: Halts a person's decision may continue, and what the run waits for at each (where the
+#: declaration has an edge out of `handoff` for it: `fsm_agent.runtime.decisions`).
+AWAITS: Final = MappingProxyType(
+    {HaltReason.APPROVAL_REQUIRED: "approval", HaltReason.HANDOFF_REQUESTED: "answer"}
 )
 
 #: Halts that are errors: a tool failed, the runtime or its journal did. Every other halt is
@@ -85,6 +94,8 @@ TERMINAL_STATE: Final = MappingProxyType(
         HaltReason.SIDE_EFFECT_UNKNOWN: HANDOFF,
         HaltReason.UNGROUNDED_ANSWER: HANDOFF,
         HaltReason.REPEAT_REFUSED: HANDOFF,
+        HaltReason.APPROVAL_REQUIRED: HANDOFF,
+        HaltReason.WAIT_EXPIRED: BUDGET_EXHAUSTED,
         HaltReason.JOURNAL_FAILED: HANDOFF,
         HaltReason.INTERRUPTED: HANDOFF,
         HaltReason.INTERNAL_ERROR: HANDOFF,
@@ -100,6 +111,7 @@ CANNOT_METER: Final = MappingProxyType(
         HaltReason.RETRY_BUDGET: "retry",
         HaltReason.TOOL_TIMEOUT: "tool time",
         HaltReason.THRASHING: "repeat",
+        HaltReason.WAIT_EXPIRED: "wait",
     }
 )
 

@@ -286,7 +286,8 @@ def _summary_problem(status: Any, reason: Any, steps: Any, max_steps: Any, cost:
 def summary(row: tuple[Any, ...], fail: Fail) -> RunSummary:
     """One row of `SELECT_SUMMARIES` (plain tuples and type checks, no converter: `stats`
     reads every run in the journal)."""
-    run_id, machine, status, reason, steps, max_steps, started, ended, cost, t_in, t_out = row
+    run_id, machine, status, reason, steps, max_steps, started, ended, cost, t_in, t_out = row[:11]
+    awaits = row[11] if len(row) > 11 and isinstance(row[11], str) else None
     problem = _summary_problem(status, reason, steps, max_steps, cost)
     if problem is not None:
         raise fail(f"corrupt runs row: {problem}", run_id)
@@ -302,6 +303,7 @@ def summary(row: tuple[Any, ...], fail: Fail) -> RunSummary:
         cost=None if cost is None else float(cost),
         input_tokens=_tokens(t_in),
         output_tokens=_tokens(t_out),
+        awaits=awaits,
     )
 
 

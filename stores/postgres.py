@@ -51,6 +51,7 @@ from fsm_agent.stores.postgres_schema import (
     INSERT_EVENT,
     INSERT_RUN,
     LOCK_HEAD,
+    REOPEN_RUN,
     SELECT_CHAIN,
     SELECT_EVENTS,
     SELECT_HEAD,
@@ -247,6 +248,39 @@ class PostgresStore(PostgresQueue, RunLookup, RunChains):
             if cursor.rowcount != 1:
                 raise self._error("write failed: no such run in this journal", record.run_id)
         self._witnessed(record.run_id, head[1] or 0, head[0], seal)
+
+    def reopen_run(
+        self,
+        event: Event,
+        *,
+        seal: str,
+        pid: int | None,
+        host: str | None,
+        status: RunStatus = "running",
+    ) -> str | None:
+        """One transaction: the row's compare-and-set, then the event inserted onto the
+        sealed head (see `Store.reopen_run`)."""
+        run_id = event.run_id
+        self._heads.pop(run_id, None)
+        prev = self._head(run_id)
+        key, version = self._mode(run_id)
+        base = self._base(run_id) if version >= 4 else None
+        rows, head = codec.chained_batch((event,), prev, key, version, base, self._error)
+        v3 = version >= 3
+        onto = (run_id, event.seq - 1, None if v3 else prev, bytes.fromhex(prev) if v3 else None)
+        params = {"run_id": run_id, "seal": seal, "head": prev, "pid": pid, "host": host,
+                  "status": status}  # fmt: skip
+        try:
+            with self._tx(run_id) as conn:
+                if conn.execute(REOPEN_RUN, params).rowcount != 1:
+                    raise codec.StaleHead
+                if conn.execute(APPEND_EVENT, (*rows[0], *onto)).rowcount != 1:
+                    raise codec.StaleHead
+        except codec.StaleHead:
+            return None
+        self._heads[run_id] = head
+        self._witnessed(run_id, event.seq, head)
+        return head
 
     def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
         with self._tx(run_id) as conn:

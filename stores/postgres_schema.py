@@ -241,6 +241,13 @@ LOCK_HEAD = f"""
     SELECT {NEWEST}, chain,
            (SELECT max(seq) FROM events WHERE run_id = %(run_id)s)
     FROM runs WHERE run_id = %(run_id)s FOR UPDATE"""  # noqa: S608
+#: A waiting run continued by a person's decision (`Store.reopen_run`): only while its
+#: record is still the one sealed `%(seal)s` onto the head `%(head)s`.
+REOPEN_RUN = """
+    UPDATE runs SET status = %(status)s::text, halt_reason = NULL, ended_at = NULL,
+                    record = NULL, record_hash = NULL, pid = %(pid)s, host = %(host)s
+    WHERE run_id = %(run_id)s AND status = 'halted' AND record_hash = %(seal)s::text
+      AND head_hash = %(head)s::text"""
 #: A run's new owner, only while its row and head are what the claimant read.
 CLAIM_RUN = f"""
     UPDATE runs SET status = 'running', pid = %(pid)s, host = %(host)s
@@ -273,7 +280,8 @@ SELECT_SUMMARIES = f"""
     SELECT run_id, machine, status, halt_reason, steps_used,
            fsm_agent_jsonb(budgets) -> 'max_steps' AS max_steps, started_at, ended_at,
            fsm_agent_jsonb(record) #> '{{meters,cost}}' AS cost,
-           {_TOKENS.format("input_tokens")}, {_TOKENS.format("output_tokens")}
+           {_TOKENS.format("input_tokens")}, {_TOKENS.format("output_tokens")},
+           fsm_agent_jsonb(record) #>> '{{handoff,awaits}}' AS awaits
     FROM runs
     WHERE (%(machine)s::text IS NULL OR machine = %(machine)s::text)
       AND (%(since)s::text IS NULL OR started_at >= %(since)s::text)

@@ -44,6 +44,7 @@ from fsm_agent.stores.sqlite_schema import (
     INSERT_DECLARATION,
     INSERT_EVENT,
     INSERT_RUN,
+    REOPEN_RUN,
     SELECT_CHAIN,
     SELECT_EVENTS,
     SELECT_HEAD,
@@ -265,6 +266,38 @@ class SqliteStore(SqliteQueue, RunLookup, RunChains):
             head = (row[0], row[2]) if row[0] is not None else (None, None)
             _one_row(conn.execute(FINISH_RUN, codec.finish_params(record, seal, head)))
         self._witnessed(record.run_id, head[1] or 0, head[0], seal)
+
+    def reopen_run(
+        self,
+        event: Event,
+        *,
+        seal: str,
+        pid: int | None,
+        host: str | None,
+        status: RunStatus = "running",
+    ) -> str | None:
+        """One transaction under BEGIN IMMEDIATE: the row's compare-and-set, then the event
+        inserted onto the sealed head (see `Store.reopen_run`)."""
+        run_id = event.run_id
+        self._heads.pop(run_id, None)
+        prev = self._head(run_id)
+        key, version = self._mode(run_id)
+        base = self._base(run_id) if version >= 4 else None
+        rows, head = codec.chained_batch((event,), prev, key, version, base, self._error)
+        onto = (run_id, event.seq - 1, bytes.fromhex(prev) if version >= 3 else prev)
+        params = {"run_id": run_id, "seal": seal, "head": prev, "pid": pid, "host": host,
+                  "status": status}  # fmt: skip
+        try:
+            with self._tx(run_id) as conn:
+                if conn.execute(REOPEN_RUN, params).rowcount != 1:
+                    raise codec.StaleHead
+                if conn.execute(APPEND_EVENT, (*rows[0], *onto)).rowcount != 1:
+                    raise codec.StaleHead
+        except codec.StaleHead:
+            return None
+        self._heads[run_id] = head
+        self._witnessed(run_id, event.seq, head)
+        return head
 
     def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
         with self._tx(run_id) as conn:

@@ -133,6 +133,12 @@ CLAIM_RUN = f"""
     UPDATE runs SET status = 'running', pid = :pid, host = :host
     WHERE run_id = :run_id AND status = :status AND status != 'halted' AND pid IS :old_pid
       AND host IS :old_host AND {NEWEST_HASH} = :head"""  # noqa: S608 - constants only
+#: A waiting run continued by a person's decision (`Store.reopen_run`): only while its
+#: record is still the one sealed `:seal` onto the head `:head`.
+REOPEN_RUN = """
+    UPDATE runs SET status = :status, halt_reason = NULL, ended_at = NULL, record = NULL,
+                    record_hash = NULL, pid = :pid, host = :host
+    WHERE run_id = :run_id AND status = 'halted' AND record_hash = :seal AND head_hash = :head"""
 #: The live path's INSERT: only onto the run's current head (see `SqliteStore.append`):
 #: the row before it (seq - 1) must hold the hash the event is chained onto, and the
 #: primary key (run_id, seq) lets only one event follow it. Parameters: the event's 19
@@ -204,7 +210,9 @@ SELECT_SUMMARIES = f"""
     SELECT run_id, machine, status, halt_reason, steps_used,
            json_extract(budgets, '$.max_steps') AS max_steps, started_at, ended_at,
            CASE WHEN json_valid(record) THEN json_extract(record, '$.meters.cost') END AS cost,
-           {_TOKENS.format("input_tokens")}, {_TOKENS.format("output_tokens")}
+           {_TOKENS.format("input_tokens")}, {_TOKENS.format("output_tokens")},
+           CASE WHEN json_valid(record) THEN json_extract(record, '$.handoff.awaits') END
+               AS awaits
     FROM runs
     WHERE (:machine IS NULL OR machine = :machine) AND (:since IS NULL OR started_at >= :since)
     ORDER BY machine, started_at, run_id"""  # noqa: S608 - constant fragments only

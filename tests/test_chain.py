@@ -294,4 +294,5 @@ def test_an_event_forged_onto_the_head_shows_against_the_record(
     conn.execute(f"INSERT INTO events VALUES ({values})", [fake[n] for n in names])  # noqa: S608
     conn.commit()
     conn.close()
-    assert findings(db, run_id) == [("inserted", 5)]
+    # and past a halt no person's decision continued, the chain going on is a reopening
+    assert findings(db, run_id) == [("inserted", 5), ("reopened", 5)]

@@ -305,7 +305,13 @@ def test_completion_completes_commands_and_choices() -> None:
         return [line.split(",", 1)[1] for line in done.stdout.splitlines()]
 
     assert complete("fsm-agent ru") == ["run", "runs"]
-    assert complete("fsm-agent runs --status ") == ["running", "interrupted", "paused", "halted"]
+    assert complete("fsm-agent runs --status ") == [
+        "running",
+        "interrupted",
+        "paused",
+        "waiting",
+        "halted",
+    ]
 
 
 # --- run --help and its exit codes ------------------------------------------------------------

@@ -28,7 +28,7 @@ def _every_field_set() -> Snapshot:
         allowlist=("lookup",), privileged=("p",), halt_lane=Lane(kind="local_fn", tier="paid"),
         control=ControlPlane(), repeats=2, thrash_limit=4, repair="failed", judge="veto",
         effects=(DoneEffect(1, "w", {}, ("i",)),), effects_omitted=1, idempotent=("c",),
-        repeatable=("e",),
+        repeatable=("e",), approval=("a",), approved="0" * 64,
     )  # fmt: skip
 
 

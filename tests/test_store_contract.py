@@ -582,6 +582,42 @@ def test_claim_run_is_a_compare_and_set_on_the_owner_and_the_head(store: Store) 
     assert not store.claim_run("ghost", was=paused, head=head, pid=10, host="host-d")
 
 
+def test_reopen_run_continues_a_halted_run_only_under_its_seal(
+    backend: Backend, store: Store
+) -> None:
+    """A person's decision (`Store.reopen_run`): the row's compare-and-set on the record's
+    seal and the decided event's append are one transaction; of two decisions on the same
+    seal one wins, and a stale seal or a run that is not halted writes nothing."""
+    store.start_run(run_row(), started())
+    store.append(transition(1))
+    store.finish_run(halt_record())
+    sealed = store.get_run("run-1").record_hash
+    assert sealed is not None
+    decided = attrs.evolve(transition(2), kind="decided", source="handoff", note="approved")
+    assert store.reopen_run(decided, seal="0" * 64, pid=1, host="h") is None  # stale seal
+    assert len(store.events("run-1")) == 2
+    other = backend.open()
+    try:
+        head = store.reopen_run(decided, seal=sealed, pid=5, host="host-a")
+        assert head is not None
+        assert other.reopen_run(decided, seal=sealed, pid=6, host="host-b") is None  # lost
+    finally:
+        other.close()
+    row = store.get_run("run-1")
+    assert (row.status, row.pid, row.host, row.record, row.halt_reason) == (
+        "running",
+        5,
+        "host-a",
+        None,
+        None,
+    )
+    assert [e.kind for e in store.events("run-1")] == ["started", "transition", "decided"]
+    assert store.chain("run-1")[2] == head
+    store.append(transition(3))  # the run goes on from the decided event
+    store.finish_run(halt_record())
+    assert store.get_run("run-1").status == "halted"
+
+
 def test_of_concurrent_claims_of_one_run_exactly_one_wins(backend: Backend, store: Store) -> None:
     head = store.start_run(run_row(), started())
     store.mark_run("run-1", "paused", None, None)

@@ -14,7 +14,7 @@ from fsm_agent.errors import RunPaused
 from fsm_agent.halt import EXIT_PAUSED, exit_code
 from fsm_agent.journal import serde
 from fsm_agent.journal.store import Event, RunRow
-from fsm_agent.runtime.record import HaltRecord, record_json
+from fsm_agent.runtime.record import HaltRecord, HandoffPacket, record_json
 from fsm_agent.runtime.snapshot import SUCCESS_RULES
 
 
@@ -49,8 +49,11 @@ def progress_line(quiet: bool) -> Callable[[Event], None]:
 
 
 def summary(record: HaltRecord) -> str:
+    packet = record.handoff
+    waiting = packet is not None and packet.awaits is not None
     lines = [
-        f"halted: {record.halt_reason.value} ({record.terminal_state})"
+        f"{'waiting' if waiting else 'halted'}: {record.halt_reason.value}"
+        f" ({record.terminal_state})"
         f" after {record.steps_used}/{record.max_steps} steps,"
         f" {len(record.tool_calls)} tool call(s), {record.meters.elapsed_ms} ms",
     ]
@@ -67,7 +70,21 @@ def summary(record: HaltRecord) -> str:
     ]
     if record.success_rules < SUCCESS_RULES:
         lines.append(f"decided under success rules {record.success_rules} (before {SUCCESS_RULES})")
+    if packet is not None and packet.awaits is not None:
+        lines.append(waits_line(record.run_id, packet))
     return "\n".join(lines)
+
+
+def waits_line(run_id: str, packet: HandoffPacket) -> str:
+    """What a waiting run waits for, and the command that decides it."""
+    until = f" until {packet.wait_until}" if packet.wait_until else ""
+    if packet.awaits == "approval":
+        call = (packet.call_sha256 or "")[:12]
+        return (
+            f"waits for: a person's approval of call {call}{until}: fsm-agent approve"
+            f" {run_id} --call {call} --why … (or deny)"
+        )
+    return f"waits for: a person's answer{until}: fsm-agent answer {run_id} --text … --why …"
 
 
 def paused_or(drive: Callable[[], HaltRecord]) -> HaltRecord:

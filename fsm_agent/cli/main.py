@@ -293,6 +293,7 @@ def main() -> None:
 from fsm_agent.cli import anchor as cli_anchor  # noqa: E402, F401
 from fsm_agent.cli import check as cli_check  # noqa: E402, F401
 from fsm_agent.cli import console as cli_console  # noqa: E402, F401
+from fsm_agent.cli import decide as cli_decide  # noqa: E402, F401
 from fsm_agent.cli import fork as cli_fork  # noqa: E402, F401
 from fsm_agent.cli import ops as cli_ops  # noqa: E402, F401
 from fsm_agent.cli import queue as cli_queue  # noqa: E402, F401

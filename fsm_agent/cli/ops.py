@@ -34,7 +34,7 @@ from fsm_agent.journal.chain import require_keyed as require_keyed_chain
 from fsm_agent.journal.chain_key import key_from_env, read_key_file
 from fsm_agent.journal.chain_witness import deleted_run
 from fsm_agent.journal.runfile import read_run_file, verify_run_file
-from fsm_agent.journal.store import Event
+from fsm_agent.journal.store import Event, Store
 from fsm_agent.journal.witness import Witness, read_log
 from fsm_agent.redaction import run_secrets
 from fsm_agent.run_ids import RunNotFound, names_a_file, resolve_run_id
@@ -287,6 +287,9 @@ def resume(
         journal_store(db, must_exist=True) as store,
     ):
         run_id = resolve_run_id(store, run_id)
+        expired = _expired_wait(store, run_id, record_path)
+        if expired is not None:  # it waited past its limit: this act ends it
+            finish(expired, record_path, as_json)
 
         def resumed(event: Event) -> None:
             # Said once the run is this process's (a refused resume says only `Error: …`).
@@ -309,6 +312,18 @@ def resume(
         if tracer is not None:
             tracer.on_halt(record)
     finish(record, record_path, as_json)
+
+
+def _expired_wait(store: Store, run_id: str, record_path: str) -> HaltRecord | None:
+    """A run that waits for a person's decision past its wait limit, ended `wait_expired`."""
+    from fsm_agent.runtime.resume import waiting_for
+
+    row = store.get_run(run_id)
+    if waiting_for(row) is None:
+        return None
+    from fsm_agent.runtime.decisions import expire_if_late
+
+    return expire_if_late(store, row, record_path=record_path)
 
 
 @cli.command()

@@ -25,19 +25,17 @@ from fsm_agent.journal.store import RunRow, Store
 RUNS_HEADER = ("RUN", "MACHINE", "HALT", "STEPS", "STARTED", "TASK")
 #: What `runs --status` selects: the journal's statuses, with `running` split by whether the
 #: run's process is still there (`interrupted`: it is gone; resume the run).
-RUN_STATUSES = ("running", "interrupted", "paused", "halted")
+RUN_STATUSES = ("running", "interrupted", "paused", "waiting", "halted")
 
 
 def _listed_runs(store: Store, limit: int, status: str | None, **filters: Any) -> list[RunRow]:
-    """The runs `runs` lists: filtered by the journal, newest first, at most `limit`.
-    running/interrupted are one status in the journal, told apart by the run's process: the
-    journal's running runs are read whole and the limit applies after that split."""
-    from fsm_agent.runtime.resume import shown_status
+    """The runs `runs` lists: filtered by the journal, newest first, at most `limit`; a
+    status as people read it is split from the journal's (`shown_runs`)."""
+    from fsm_agent.runtime.resume import shown_runs
 
-    if status not in ("running", "interrupted"):
-        return store.list_runs(limit, status=status, **filters)  # type: ignore[arg-type]
-    live = store.list_runs(None, status="running", **filters)
-    return [r for r in live if shown_status(r) == status][:limit]
+    if status is None:
+        return store.list_runs(limit, **filters)
+    return shown_runs(store, status, limit, **filters)
 
 
 @cli.command()
@@ -54,7 +52,8 @@ def _listed_runs(store: Store, limit: int, status: str | None, **filters: Any) -
     "--status",
     type=click.Choice(RUN_STATUSES),
     help="Only runs in this status: running (its process is alive), interrupted (its"
-    " process is gone: resume it), paused, or halted.",
+    " process is gone: resume it), paused, waiting (for a person's decision: approve, deny"
+    " or answer it), or halted (for good).",
 )
 @click.option(
     "--since",

@@ -1,4 +1,6 @@
-"""Operator acts from the console: pause a run, raise its caps, freeze or lift routing.
+"""Operator acts from the console: pause a run, raise its caps, freeze or lift routing, and
+a person's decision on a run that waits (approve, deny, answer: journaled only; the run goes
+on with `fsm-agent resume`, which has the model and tools a console does not).
 
 Only a console started with `--allow-operator-acts` has these routes at all. Each act is
 queued by the very functions the CLI calls (`fsm_agent.runtime.operator_acts`), so it is
@@ -25,7 +27,7 @@ from fsm_agent.runtime.budgets import BUDGET_NAMES
 from fsm_agent.runtime.operator_acts import queue_pause, queue_raise_budget, queue_routing
 
 #: The acts a console offers, by the name in their URL (`POST /acts/<name>`).
-ACTS = ("pause", "raise-budget", "freeze-routing", "unfreeze-routing")
+ACTS = ("pause", "raise-budget", "freeze-routing", "unfreeze-routing", "approve", "deny", "answer")
 TOKEN_HEADER = "x-console-token"  # noqa: S105 - a header name, not a secret
 
 
@@ -105,4 +107,12 @@ def perform(store: Store, act: str, body: dict[str, Any]) -> dict[str, Any]:
         changes = ", ".join(f"{n} {getattr(current, n)} -> {v}" for n, v in asked.items())
         return {"control": number, "run_id": run_id,
                 "message": f"raise-budget #{number} queued: {changes}"}  # fmt: skip
+    if act in ("approve", "deny", "answer"):
+        from fsm_agent.runtime.decisions import decide_run  # the console drives no run
+
+        decide_run(run_id, act, why=why, by=who, text=_text(body, "text"),  # type: ignore[arg-type]
+                   call=_text(body, "call"), model=None, store=store)  # fmt: skip
+        return {"run_id": run_id,
+                "message": f"{act} of {run_id} journaled; the run waits, paused, for"
+                           f" `fsm-agent resume {run_id}` with its model and tools"}  # fmt: skip
     raise InvalidInputError(f"no act {act!r} (acts: {', '.join(ACTS)})")

@@ -14,10 +14,11 @@ from urllib.parse import urlencode
 
 from fsm_agent.console.queries import STATUSES, Listed, RunFilters, RunPage
 from fsm_agent.halt import HaltReason
-from fsm_agent.review.report import ReportSections
-from fsm_agent.review.report_html import badge, esc
+from fsm_agent.review.report import ReportSections, live_badge
+from fsm_agent.review.report_html import badge, esc, json_text
 from fsm_agent.review.truth import LEGEND, MARK
 from fsm_agent.runtime.budgets import BUDGET_NAMES
+from fsm_agent.runtime.record import HandoffPacket
 from fsm_agent.runtime.resume import shown_status
 
 #: The task as the list shows it (the run page has all of it).
@@ -89,6 +90,8 @@ def _run_row(x: Listed) -> str:
     reason = r.halt_reason.value if r.halt_reason else None
     ok = r.halt_reason is HaltReason.COMPLETED and x.truth.ok
     halt = "—" if reason is None else badge(reason, ok)
+    if reason is not None and status == "waiting":  # a stop a person's decision continues
+        halt = live_badge(reason)
     mark, css = "", ""
     if not x.truth.ok:  # the row may have been edited: shown as what it says, marked
         mark, css = " " + unverified_badge(x.truth.why), ' class="unverified"'
@@ -221,6 +224,30 @@ def run_acts(run_id: str) -> str:
         + _act_form("pause", "Pause", "", run_id)
         + _act_form("raise-budget", "Raise budget", caps, run_id)
         + "</section>"
+    )
+
+
+def decision_acts(run_id: str, packet: HandoffPacket) -> str:
+    """A person's decision on a run that waits (write mode only): approve or deny the
+    frozen call (bound to its sha256), or answer. The console only journals the decision;
+    the run waits, paused, for `fsm-agent resume` with its model and tools."""
+    if packet.awaits == "approval":
+        call = f'<input type="hidden" name="call" value="{esc(packet.call_sha256 or "")}">'
+        frozen = esc(json_text(packet.frozen_args)) if packet.frozen_args is not None else ""
+        forms = (
+            f"<p>frozen call <code>{esc((packet.call_sha256 or '')[:12])}</code>:"
+            f" <code>{frozen}</code></p>"
+            + _act_form("approve", "Approve", call, run_id)
+            + _act_form("deny", "Deny", call, run_id)
+        )
+    else:
+        text = '<label>answer <textarea name="text" required></textarea></label>'
+        forms = _act_form("answer", "Answer", text, run_id)
+    return (
+        '<section id="acts"><h2>A person\'s decision</h2>'
+        f"<p>{esc(packet.why)}</p>{forms}"
+        "<p>The decision is journaled here; the run then goes on with"
+        f" <code>fsm-agent resume {esc(run_id)} --model … --tools …</code>.</p></section>"
     )
 
 

@@ -27,12 +27,12 @@ from fsm_agent.journal import serde
 from fsm_agent.journal.store import Event, RunRow, RunSummary, Store
 from fsm_agent.review.truth import Truth, Truths, run_now
 from fsm_agent.review.usage import run_usage
-from fsm_agent.runtime.resume import shown_status
+from fsm_agent.runtime.resume import shown_runs
 
 #: Runs on one page of the list.
 PAGE_SIZE = 50
 #: What the status filter offers (as `fsm-agent runs --status`).
-STATUSES = ("running", "interrupted", "paused", "halted")
+STATUSES = ("running", "interrupted", "paused", "waiting", "halted")
 #: The slowest-tools chart reads the events of this many of the newest halted runs.
 TOOL_WINDOW = 50
 #: The cost and tokens chart shows this many of the newest runs.
@@ -67,10 +67,10 @@ def run_page(
     common: dict[str, Any] = {"machine": f.machine, "halt_reason": f.halt_reason,
                               "since": f.since, "until": f.until, "task_contains": f.text,
                               "before": cursor}  # fmt: skip
-    if f.status in ("running", "interrupted"):
-        rows = _live_rows(store, f.status, size + 1, common)
+    if f.status is not None:
+        rows = shown_runs(store, f.status, size + 1, **common)
     else:
-        rows = store.list_runs(size + 1, status=f.status, **common)  # type: ignore[arg-type]
+        rows = store.list_runs(size + 1, **common)
     more = len(rows) > size
     rows = rows[:size]
     nxt = (rows[-1].started_at, rows[-1].run_id) if more and rows else None
@@ -101,19 +101,6 @@ def listed(store: Store, rows: Sequence[RunRow], known: Truths) -> tuple[Listed,
         cap = now.last.snapshot.budgets.max_steps
         found.append(Listed(now.row, now.truth, now.state, now.steps_used, cap))
     return tuple(found)
-
-
-def _live_rows(store: Store, status: str, wanted: int, common: dict[str, Any]) -> list[RunRow]:
-    """Up to `wanted` of the journal's running runs that are `status` (running: their
-    process is alive; interrupted: it is gone), read a page at a time by key."""
-    found: list[RunRow] = []
-    while len(found) < wanted:
-        chunk = store.list_runs(wanted, status="running", **common)
-        found += [r for r in chunk if shown_status(r) == status]
-        if len(chunk) < wanted:
-            break
-        common = {**common, "before": (chunk[-1].started_at, chunk[-1].run_id)}
-    return found[:wanted]
 
 
 def run_cap(run: RunRow) -> int:

@@ -117,6 +117,9 @@ def _run_body(store: Store, run_id: str, acts: bool) -> str:
     state = live_state(store, run_id)
     parts, problem = _report(store, run_id)
     act_forms = pages.run_acts(run_id) if acts and not state["ended"] else ""
+    record = store.get_run(run_id).record if acts and state["status"] == "waiting" else None
+    if record is not None and record.handoff is not None:
+        act_forms = pages.decision_acts(run_id, record.handoff)
     return pages.run_page(run_id, parts, problem, pages.live_panel(state), act_forms)
 
 

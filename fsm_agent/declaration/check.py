@@ -21,6 +21,8 @@ from fsm_agent.declaration.refs import BadReference, Search, check_form, resolve
 from fsm_agent.declaration.spec import (
     ACTION_OUTCOMES,
     BUDGET_TRIGGER,
+    DECISION_TRIGGERS,
+    DEFAULT_WAIT_MS,
     USER_FAILURES,
     MachineSpec,
     StateSpec,
@@ -29,7 +31,7 @@ from fsm_agent.declaration.spec import (
 from fsm_agent.declaration.yamlsource import LineIndex
 from fsm_agent.encoding import text_sha256
 from fsm_agent.errors import BudgetError
-from fsm_agent.halt import BUDGET_EXHAUSTED, TERMINAL_STATE, TERMINAL_STATES, HaltReason
+from fsm_agent.halt import BUDGET_EXHAUSTED, HANDOFF, TERMINAL_STATE, TERMINAL_STATES, HaltReason
 from fsm_agent.runtime.budgets import BUDGET_NAMES, MAX_BUDGET, check_budget
 from fsm_agent.runtime.effects import RECEIPTS_GUARD
 from fsm_agent.runtime.guards import UnknownGuard, guard_form, resolve_guard
@@ -54,6 +56,8 @@ LOADER_ONLY: tuple[tuple[str, str], ...] = (
     ("is reserved", "the runtime's own 'budget' trigger"),
     ("never produces", "a trigger must be an outcome of the source state's action"),
     ("transition out of terminal state", "depends on the source state's declaration"),
+    ("a person's decision (", "a decision edge's dest depends on the dest's declaration"),
+    ("runs the frozen call", "an approval's dest depends on the dest's action"),
     ("names the user guard that stopped the run", "guard_refused needs a user guard"),
     ("only a transition into a terminal state", "halt depends on the dest's declaration"),
     ("needs 'halt:'", "halt is required exactly when the dest is terminal"),
@@ -125,6 +129,7 @@ class Validator:
             transitions=declared + implicit,
             budgets=self._budgets(d.get("budgets")),
             thrash_limit=self._thrash(d.get("thrash_limit", 0)),
+            wait_limit_ms=self._wait_limit(d.get("wait_limit_ms", DEFAULT_WAIT_MS)),
             tools=self._tools(d),
             policy=self._policy(d.get("policy")),
         )
@@ -287,8 +292,8 @@ class Validator:
                 raise self.err(f"unknown state {name!r}", f"{path}.{end}")
         source, dest = by_name[t["source"]], by_name[t["dest"]]
         if source.terminal:
-            raise self.err(f"transition out of terminal state {source.name!r}", f"{path}.source")
-        produces = source.produces()
+            self._decision_edge(trigger, source, dest, t, path)
+        produces = None if source.terminal else source.produces()
         if produces is not None and trigger not in produces:
             raise self.err(
                 f"state {source.name!r} runs action {source.action!r}, which never"
@@ -314,6 +319,41 @@ class Validator:
             halt=halt,
             retry=self._retry(t.get("retry", False), dest, path),
         )
+
+    def _decision_edge(
+        self, trigger: str, source: StateSpec, dest: StateSpec, t: Mapping[str, Any], path: str
+    ) -> None:
+        """The only edges out of a terminal state: a person's decision out of `handoff`
+        (`approved`, `denied`, `answered`), into a state the run goes on in; `approved`
+        into one that runs the frozen call."""
+        if source.name != HANDOFF or trigger not in DECISION_TRIGGERS:
+            raise self.err(
+                f"transition out of terminal state {source.name!r} (only a person's decision"
+                f" leaves handoff: {', '.join(DECISION_TRIGGERS)})",
+                f"{path}.source",
+            )
+        if dest.terminal or "halt" in t or t.get("retry"):
+            raise self.err(
+                f"a person's decision ({trigger}) continues the run: its dest is a"
+                " non-terminal state, with no halt and no retry",
+                f"{path}.dest",
+            )
+        if trigger == "approved" and dest.action != "tool":
+            raise self.err(
+                f"'approved' runs the frozen call: its dest must be a state whose action is"
+                f" tool ({dest.name!r} runs {dest.action!r})",
+                f"{path}.dest",
+            )
+
+    def _wait_limit(self, raw: Any) -> int:
+        """How long a run may wait for a person's decision, in ms (1 to MAX_BUDGET)."""
+        whole = isinstance(raw, int) or (isinstance(raw, float) and raw.is_integer())
+        if isinstance(raw, bool) or not whole or not 1 <= raw <= MAX_BUDGET:
+            raise self.err(
+                f"wait_limit_ms must be a whole number of ms from 1 to {MAX_BUDGET}, got {raw!r}",
+                "$.wait_limit_ms",
+            )
+        return int(raw)
 
     def _guards(self, raw: Any, path: str) -> tuple[str, ...]:
         if not isinstance(raw, list) or not all(isinstance(g, str) for g in raw):

@@ -143,6 +143,15 @@ class MachineDocument(_Document, kw_only=True):
             " 0 = off.",
         ),
     ] = 0
+    wait_limit_ms: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=MAX_NUMBER,
+            description="How long a run may wait in handoff for a person's decision (approve,"
+            " deny, answer) before it ends 'wait_expired'; default 86400000 (24 hours).",
+        ),
+    ] = 86_400_000
     tools: Annotated[
         tuple[Annotated[str, Meta(min_length=1)], ...] | None,
         Meta(description="The tool allow-list; absent: every tool in the bound registry."),
@@ -192,7 +201,12 @@ class RoutingDocument(_Document):
         Literal["fail_closed"], Meta(description="A missing target fails closed.")
     ]
     privileged_tools_require: Annotated[
-        Literal["local_halt"], Meta(description="Privileged tools wait for the local halt.")
+        Literal["local_halt", "local_halt_and_approval", "local_halt_and_approval_by_another"],
+        Meta(
+            description="Privileged tools wait for the local halt; with _and_approval, each"
+            " call also for a person's approval (fsm-agent approve); _by_another: from"
+            " someone other than who started the run."
+        ),
     ]
 
 

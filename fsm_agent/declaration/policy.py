@@ -115,8 +115,15 @@ class Policy:
     def control_plane_for_runtime(self) -> ControlPlane:
         """The runtime's `ControlPlane`, every control key taken from this policy."""
         c = self.control_plane
+        needs = self.routing.privileged_tools_require
+        approval = {"local_halt_and_approval": "required"}.get(needs, "none")
+        if needs == "local_halt_and_approval_by_another":
+            approval = "by_another"
         return ControlPlane(
-            halt=c.halt, retry_budget=c.retry_budget, schema_repair_vote=c.schema_repair_vote
+            halt=c.halt,
+            retry_budget=c.retry_budget,
+            schema_repair_vote=c.schema_repair_vote,
+            privileged_approval=approval,
         )
 
 

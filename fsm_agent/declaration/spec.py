@@ -35,6 +35,11 @@ FAILURE_TRIGGERS: frozenset[str] = frozenset(
 )
 #: Trigger the worker fires, from every non-terminal state, when a meter trips.
 BUDGET_TRIGGER = "budget"
+#: A person's decisions on a run waiting in `handoff`: the only triggers out of it
+#: (`fsm_agent.runtime.decisions`).
+DECISION_TRIGGERS: tuple[str, str, str] = ("approved", "denied", "answered")
+#: How long a run may wait for a decision when its declaration does not say (24 hours).
+DEFAULT_WAIT_MS = 86_400_000
 
 
 @attrs.frozen
@@ -95,6 +100,9 @@ class MachineSpec:
     tools: tuple[str, ...] | None
     #: the halt policy file the declaration names, as written (relative to the file)
     policy: str | None = None
+    #: how long a run may wait in `handoff` for a person's decision before it ends
+    #: `wait_expired` (ms)
+    wait_limit_ms: int = DEFAULT_WAIT_MS
 
     def policy_path(self) -> Path | None:
         """The declared policy file, resolved next to the declaration (None if none)."""
@@ -107,6 +115,10 @@ class MachineSpec:
             if s.name == name:
                 return s
         raise KeyError(name)
+
+    def decisions(self) -> frozenset[str]:
+        """The person's decisions this declaration continues a waiting run on."""
+        return frozenset(t.trigger for t in self.transitions if t.source == "handoff")
 
     def candidates(self, source: str, trigger: str) -> tuple[TransitionSpec, ...]:
         return tuple(t for t in self.transitions if t.source == source and t.trigger == trigger)

@@ -35,7 +35,7 @@ from typing import Literal
 
 import attrs
 
-from fsm_agent.journal import chain_row, chain_witness
+from fsm_agent.journal import chain_row, chain_waits, chain_witness
 from fsm_agent.journal.chain_hash import CHAIN_FORMAT as CHAIN_FORMAT
 from fsm_agent.journal.chain_hash import ChainLink as ChainLink
 from fsm_agent.journal.chain_hash import ChainMode, ChainModeError, key_id, parse_mode
@@ -162,6 +162,7 @@ def verify_chain(
     anchor = None if run.record is None else run.record.journal_head
     if anchor is not None and anchor != head_hash:
         _check_head(flag, links, anchor)
+    chain_waits.check_waits(links, use, can_hash, flag)
     chain_row.check_machine(run, flag)
     chain_row.check_summary(run, links, head_hash, flag, notes)
     chain_row.check_seal(run, links, head_hash, mode, use, can_hash, flag, notes)

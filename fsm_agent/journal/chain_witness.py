@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fsm_agent.journal import chain_waits
 from fsm_agent.journal.chain_hash import ChainLink, ChainMode
 from fsm_agent.journal.findings import Finding, Findings
 from fsm_agent.journal.store import RunRow
@@ -49,7 +50,7 @@ def check_witness(
     hashes = {x.seq: x.hash for x in links}
     last = links[-1].seq if links else -1
     for s in seen:
-        _check_sighting(run, s, hashes, last, flag)
+        _check_sighting(run, s, hashes, last, flag, links)
     top = seen[-1]
     halted = any(s.seal is not None for s in seen)
     said = f"witnessed to seq {top.seq}{', halted' if halted else ''} ({top.where})"
@@ -58,7 +59,12 @@ def check_witness(
 
 
 def _check_sighting(
-    run: RunRow, s: Sighting, hashes: dict[int, str | None], last: int, flag: Findings
+    run: RunRow,
+    s: Sighting,
+    hashes: dict[int, str | None],
+    last: int,
+    flag: Findings,
+    links: Sequence[ChainLink],
 ) -> None:
     got = hashes.get(s.seq)
     if s.seq > last:
@@ -77,8 +83,8 @@ def _check_sighting(
             f" event there hashes to {got[:12]}…: the run was rewritten from here or before",
             FIELD,
         )
-    if s.seal is None:
-        return
+    if s.seal is None or chain_waits.decided_seal(links, s.seq) == s.seal:
+        return  # a halt a person's decision continued carries the seal the witness saw
     if run.status != "halted":
         flag(
             "reopened",

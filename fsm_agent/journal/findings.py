@@ -45,8 +45,9 @@ MEANING: Final[dict[TamperKind, str]] = {
     "wrong_key": "the key given is not the key this run was chained with",
     "not_keyed": "the run's chain is not keyed (anyone who can write the journal could have"
     " recomputed it)",
-    "reopened": "the witness saw the run halt, and the journal shows it not halted (its"
-    " record, seal and tail removed)",
+    "reopened": "the run goes on past a halt that no person's decision on a wait continued,"
+    " or the witness saw it halt and the journal shows it not halted (its record, seal and"
+    " tail removed)",
     "rewritten": "the event or seal the witness saw at this seq is not the journal's (the"
     " run was rewritten)",
     "run_deleted": "the witness saw this run, and the journal does not hold it (deleted)",

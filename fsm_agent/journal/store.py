@@ -26,9 +26,12 @@ SCHEMA_VERSION = 1
 #: started opens a run; transition is one state change; operator is a person's act on a
 #: live run (a raised budget, a pause), journaled where it took effect; resumed marks where
 #: a new process took an interrupted or paused run over.
+#: resumed marks where a new process took an interrupted or paused run over; decided is a
+#: person's decision on a run that waited in `handoff` (approve, deny, answer), which
+#: continues it.
 #: forked marks where a fork goes on by itself, after the events it took from its parent;
 #: it holds the fork's lineage (`fsm_agent.runtime.fork_lineage.Lineage`).
-EventKind = Literal["started", "transition", "operator", "resumed", "forked"]
+EventKind = Literal["started", "transition", "operator", "resumed", "decided", "forked"]
 #: paused: a person paused the run; its process ended and the run waits for `resume`.
 RunStatus = Literal["running", "paused", "halted"]
 
@@ -177,6 +180,9 @@ class RunSummary:
     cost: float | None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    #: what a halted run waits for (`approval`, `answer`: its record's `handoff.awaits`);
+    #: None for a stop that is final
+    awaits: str | None = None
 
 
 class Store(Protocol):
@@ -209,6 +215,23 @@ class Store(Protocol):
 
     def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
         """Set a live run's status and owner (a pause, a resume); never a halted run's."""
+        ...
+
+    def reopen_run(
+        self,
+        event: Event,
+        *,
+        seal: str,
+        pid: int | None,
+        host: str | None,
+        status: RunStatus = "running",
+    ) -> str | None:
+        """Continue a halted run that waits for a person's decision: only while its record
+        is still the one sealed `seal`, in ONE transaction the row becomes `status` under
+        (`pid`, `host`) — `running`, driven by the caller, or `paused`, for `resume` —, its
+        record moves out of the row (the event carries it, chained), and `event` is chained
+        onto its sealed head. The new head hash; None (nothing written) when another
+        decision or process changed the run first."""
         ...
 
     def claim_run(

@@ -15,15 +15,16 @@ import attrs
 from fsm_agent.declaration.edges import EdgeId, edge_ids, keyed
 from fsm_agent.declaration.machine import CompiledMachine, Decision
 from fsm_agent.declaration.spec import MachineSpec
-from fsm_agent.halt import IMPOSED, HaltReason, terminal_state
+from fsm_agent.halt import HANDOFF, IMPOSED, HaltReason, terminal_state
 from fsm_agent.journal.store import Event, GuardResult
 from fsm_agent.review.step_report import GuardCheck, StepReport, Verdict, matched_step, step_base
 from fsm_agent.runtime.budgets import tripped_meter
 from fsm_agent.runtime.contract import CONTRACT_SINCE, tool_refusal
 from fsm_agent.runtime.contract import PREFIX as CONTRACT_PREFIX
 from fsm_agent.runtime.lanes import CONTROL_KEYS, halt_lane_refusal
-from fsm_agent.runtime.proposals import Proposal, Rejection, parse_reply
-from fsm_agent.runtime.snapshot import Snapshot
+from fsm_agent.runtime.proposals import Proposal, Rejection, ToolCall, parse_reply
+from fsm_agent.runtime.snapshot import Snapshot, call_sha256
+from fsm_agent.runtime.waits import waited_on
 
 
 def _index(edge: EdgeId | int, ids: Mapping[EdgeId, int], fallback: Mapping[EdgeId, int]) -> int:
@@ -297,6 +298,8 @@ def redecide(r: Replayer, event: Event) -> StepReport:
             verdict="needs_facts",
             detail=f"the run was in state {event.source!r}, which this declaration does not have",
         )
+    if event.kind == "decided":
+        return _redecide_decision(r, event, snap)
     imposed = event.halt in IMPOSED and not r.spec.candidates(event.source, event.trigger or "")
     if imposed:  # a signal, an error, a routing freeze: facts, not decisions to re-make
         return StepReport(
@@ -354,6 +357,39 @@ def redecide(r: Replayer, event: Event) -> StepReport:
     check: tuple[Decision, HaltReason | None] | None = None
     if chosen is not None and not r.states[chosen.dest].terminal:
         check = r.entering(snap, chosen.dest, chosen.retry)
+    return _judge(r, event, snap, decision, check, None)
+
+
+def _redecide_decision(r: Replayer, event: Event, snap: Snapshot) -> StepReport:
+    """A person's decision on a waiting run: the decision itself is a recorded fact, the
+    edge it took is re-decided, an approval must be bound to the frozen call it let run,
+    and an expiry must come after the wait's limit."""
+    frozen, until = waited_on(event)
+    if event.halt is HaltReason.WAIT_EXPIRED:
+        late = until is not None and event.wall_time > until
+        return StepReport(
+            **step_base(event, snap),
+            verdict="external" if late else "diverged",
+            recomputed_halt=event.halt if late else None,
+            detail=event.note if late else "ended wait_expired before its wait limit",
+        )
+    p = snap.proposal
+    if event.trigger == "approved" and (
+        frozen is None
+        or snap.approved != frozen
+        or not isinstance(p, ToolCall)
+        or call_sha256(p.name, dict(p.args)) != frozen
+    ):
+        return StepReport(
+            **step_base(event, snap),
+            verdict="diverged",
+            detail="the approval is not bound to the call the run waited on",
+        )
+    decision = r.compiled.decide(HANDOFF, event.trigger or "", snap)
+    if decision.refused is not None:
+        return _judge_refusal(r, event, snap, decision)
+    chosen = decision.transition
+    check = None if chosen is None else r.entering(snap, chosen.dest, False)
     return _judge(r, event, snap, decision, check, None)
 
 

@@ -51,8 +51,14 @@ __all__ = ["ReportSections", "incident_report", "report_sections", "safe_svg", "
 
 def _halt_rows(rec: HaltRecord) -> list[tuple[str, str]]:
     b, m = rec.budgets, rec.meters
+    waits = rec.handoff is not None and rec.handoff.awaits is not None
+    shown = (
+        live_badge(f"{rec.halt_reason.value}: waiting")
+        if waits
+        else badge(rec.halt_reason.value, rec.terminal_state == "done", " halt")
+    )
     rows = [
-        ("halt reason", badge(rec.halt_reason.value, rec.terminal_state == "done", " halt")),
+        ("halt reason", shown),
         ("terminal state", f"<code>{esc(rec.terminal_state)}</code>"),
         ("steps used / max", f"{rec.steps_used} / {rec.max_steps}"),
         ("wall clock", f"{m.elapsed_ms} ms of {b.wall_clock_ms} ms"),
@@ -89,6 +95,11 @@ def _handoff(rec: HaltRecord) -> str:
         )
     if p.guards:
         rows.append(("by guard", ", ".join(f"<code>{esc(g)}</code>" for g in p.guards)))
+    if p.call_sha256 is not None:
+        rows.append(("frozen call", f"<code>{esc(p.call_sha256)}</code>"))
+    if p.awaits is not None:
+        until = f" until {esc(p.wait_until)}" if p.wait_until else ""
+        rows.append(("waits for", live_badge(f"a person's {p.awaits}") + until))
     return "<h3>Handoff packet</h3>" + dl(rows)
 
 

@@ -68,6 +68,9 @@ class MachineStats:
     #: runs whose chain does not verify (or whose key was not given): counted here only,
     #: in none of the figures above, since their rows may have been edited
     unverified: int = 0
+    #: halted runs that wait for a person's decision (counted in `halted` and its reasons
+    #: too: their stop is recorded; a decision may continue them)
+    waiting: int = 0
 
 
 @attrs.frozen
@@ -218,6 +221,7 @@ def machine_stats(
         ),
         usage_by_reason=_usage_by_reason(halted, list(reasons)),
         unverified=doubtful,
+        waiting=sum(1 for r in halted if r.awaits is not None),
     )
 
 
@@ -264,6 +268,11 @@ def _reason_lines(m: MachineStats) -> list[str]:
         )
     if m.running:
         lines.append(f"  {'(running)':<{w}}  {m.running:>5}")
+    if m.waiting:
+        lines.append(
+            f"  {'(waiting)':<{w}}  {m.waiting:>5}  of these halted runs wait for a person's"
+            " decision: fsm-agent runs --status waiting"
+        )
     if m.unverified:
         lines.append(
             f"  {'(unverified)':<{w}}  {m.unverified:>5}  their chains do not verify (or the"

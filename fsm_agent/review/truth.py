@@ -91,6 +91,8 @@ def shown_halt(row: RunRow, truth: Truth, status: str | None = None) -> str:
     """A row's halt as a list shows it: the halt reason (or `(status)` while it has none),
     marked `MARK` when the row is not verified."""
     reason = row.halt_reason.value if row.halt_reason else f"({status or row.status})"
+    if status == "waiting":
+        reason = f"{reason} (waiting)"
     return reason if truth.ok else f"{reason}{MARK}"
 
 

@@ -319,6 +319,7 @@ def _run_tool(ctx: RunContext) -> Steps[tuple[str, Facts]]:
             raise ContractRefused(refused.why, reason=refused.reason.value)
     if tool.privileged:
         assert_local_halt(ctx.control, "halt", ctx.halt_lane)
+    ctx.approved = None  # a person's approval lets exactly one call run: this one
     args = dict(proposal.args)
     try:
         kwargs = tool_arguments(tool, args)  # as the parameters' types decode them

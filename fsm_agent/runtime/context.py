@@ -50,6 +50,9 @@ class RunContext:
     #: tools declared idempotent, and those whose repeat is meant (repeatable or idempotent)
     idempotent: tuple[str, ...] = ()
     repeatable: tuple[str, ...] = ()
+    #: tools a person must approve each call of, and the digest of the call approved
+    approval: tuple[str, ...] = ()
+    approved: str | None = None
     #: the schema-repair voter: callable(raw reply) -> repaired reply, with its `lane`
     repair_voter: Callable[[Any], Any] | None = None
     repair: Literal["none", "refused", "repaired", "failed"] = "none"
@@ -119,6 +122,8 @@ class RunContext:
             effects_omitted=self.effects_omitted,
             idempotent=self.idempotent,
             repeatable=self.repeatable,
+            approval=self.approval,
+            approved=self.approved,
         )
 
     def count_call(self, entry: ToolCallEntry) -> None:

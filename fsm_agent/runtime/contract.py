@@ -14,6 +14,9 @@ looser. Once the declaration has chosen an edge, the runtime refuses it — the 
   tool is idempotent;
 - `repeat` -> `repeat_refused`: make again a side-effecting call that already returned
   complete receipts, unless its tool is `repeatable` or idempotent;
+- `approval` -> `approval_required`: run a tool a person must approve (`Tool.approval`, or
+  a privileged tool under the policy's `approve_privileged`) other than the one call a
+  person approved (`fsm-agent approve`): the run waits in `handoff`, the call frozen;
 - `receipts` -> `side_effect_unknown`: end `completed` while a side-effecting call lacks
   complete receipts;
 - `grounded` -> `ungrounded_answer`: end `completed` with an answer receipted results do
@@ -40,7 +43,7 @@ from fsm_agent.runtime.grounding import ground
 from fsm_agent.runtime.lanes import halt_lane_refusal
 from fsm_agent.runtime.proposals import FinalAnswer, ToolCall
 from fsm_agent.runtime.receipts import receipts_complete
-from fsm_agent.runtime.snapshot import Snapshot, call_text
+from fsm_agent.runtime.snapshot import Snapshot, call_sha256, call_text
 
 #: The success rules that brought this contract.
 CONTRACT_SINCE: Final = 3
@@ -52,6 +55,7 @@ RULES: Final = {
     "privileged": HaltReason.HALT_PATH_REFUSED,
     "unknown_effect": HaltReason.SIDE_EFFECT_UNKNOWN,
     "repeat": HaltReason.REPEAT_REFUSED,
+    "approval": HaltReason.APPROVAL_REQUIRED,
     "receipts": HaltReason.SIDE_EFFECT_UNKNOWN,
     "grounded": HaltReason.UNGROUNDED_ANSWER,
 }
@@ -122,6 +126,13 @@ def tool_refusal(s: Snapshot) -> Refusal | None:
                 f"{call} may repeat one of {s.effects_omitted} earlier receipted calls no"
                 " longer named in the snapshot; it is not made",
             )
+    if p.name in s.approval and s.approved != call_sha256(p.name, dict(p.args)):
+        return Refusal(
+            "approval",
+            HaltReason.APPROVAL_REQUIRED,
+            f"{call} needs a person's approval before it runs; nothing was run (call"
+            f" sha256 {call_sha256(p.name, dict(p.args))})",
+        )
     return None
 
 

@@ -36,6 +36,10 @@ class ControlPlane:
     halt: str = "local_only"
     retry_budget: str = "local_only"
     schema_repair_vote: str = "local_only"
+    #: whether each call of a privileged tool also waits for a person's approval (the
+    #: policy's `privileged_tools_require`): none, required, or by_another (the approver is
+    #: not who started the run)
+    privileged_approval: str = "none"
 
 
 def halt_lane_refusal(control: ControlPlane, key: str, lane: Lane | None) -> str | None:

@@ -55,6 +55,14 @@ class HandoffPacket:
     state: str | None = None
     trigger: str | None = None
     guards: tuple[str, ...] = ()
+    #: the frozen call's sha256 (`fsm_agent.runtime.snapshot.call_sha256`): what an approval
+    #: is bound to (None: no call is frozen)
+    call_sha256: str | None = None
+    #: what the run waits for — `approval` (approve or deny the frozen call) or `answer` —
+    #: when its declaration continues it on a person's decision; None: this stop is final
+    awaits: str | None = None
+    #: when the wait ends `wait_expired` (ISO time, UTC), while the run waits
+    wait_until: str | None = None
 
 
 @attrs.frozen

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fsm_agent.adapters.models import ModelAdapter
 from fsm_agent.declaration.load import parse_machine
-from fsm_agent.declaration.spec import MachineSpec
+from fsm_agent.declaration.spec import MachineSpec, TransitionSpec
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.chain import verify_chain
-from fsm_agent.journal.store import Control, Event, RunRow, Store
+from fsm_agent.journal.store import Control, Event, GuardResult, RunRow, Store
 from fsm_agent.journal.witness import NO_WITNESS, Witness, read_log
 from fsm_agent.runtime.actions import (
     call_entry,
@@ -35,12 +35,14 @@ from fsm_agent.runtime.actions import (
     proposal_note,
     receipts_note,
 )
+from fsm_agent.runtime.budgets import tripped_meter
 from fsm_agent.runtime.context import Clock, RunContext
 from fsm_agent.runtime.contract import may_reissue
 from fsm_agent.runtime.halting import Halting
 from fsm_agent.runtime.proposals import ToolCall
 from fsm_agent.runtime.snapshot import SUCCESS_RULES, Snapshot
 from fsm_agent.runtime.tools import ToolRegistry, check_tools
+from fsm_agent.runtime.waits import decision_note, decision_of
 
 Liveness = Literal["live", "gone", "elsewhere"]
 
@@ -71,10 +73,50 @@ def _zombie(pid: int) -> bool:
 
 def shown_status(run: RunRow) -> str:
     """A run's status as people read it: a `running` run whose process is gone is
-    `interrupted` (resume it); the journal itself still says running."""
+    `interrupted` (resume it); a halted run whose declaration goes on on a person's
+    decision is `waiting` (approve, deny or answer it). The journal itself still says
+    running, or halted with its record."""
     if run.status == "running" and liveness(run) == "gone":
         return "interrupted"
+    if run.status == "halted" and waiting_for(run) is not None:
+        return "waiting"
     return run.status
+
+
+#: Each status as people read it (`shown_status`), and the journal's status it is split from
+#: (by the run's process, or by what its sealed record says it waits for).
+SHOWN_FROM: dict[str, str] = {
+    "running": "running",
+    "interrupted": "running",
+    "paused": "paused",
+    "waiting": "halted",
+    "halted": "halted",
+}
+
+
+def shown_runs(store: Store, status: str, wanted: int, **filters: Any) -> list[RunRow]:
+    """Up to `wanted` runs whose status as people read it is `status`, newest first (with
+    `Store.list_runs`'s `filters`, `before` included): the journal's runs of the status it
+    is split from, read a page at a time by key until `wanted` of them are `status`."""
+    journal = SHOWN_FROM[status]
+    if journal == status == "paused":
+        return store.list_runs(wanted, status="paused", **filters)
+    found: list[RunRow] = []
+    page = max(100, wanted)
+    while len(found) < wanted:
+        chunk = store.list_runs(page, status=journal, **filters)  # type: ignore[arg-type]
+        found += [r for r in chunk if shown_status(r) == status]
+        if len(chunk) < page:
+            break
+        filters = {**filters, "before": (chunk[-1].started_at, chunk[-1].run_id)}
+    return found[:wanted]
+
+
+def waiting_for(run: RunRow) -> str | None:
+    """What a halted run waits for — `approval` or `answer` — as its sealed record says
+    (None: its stop is final)."""
+    packet = None if run.record is None else run.record.handoff
+    return None if packet is None else packet.awaits
 
 
 def check_resumable(run: RunRow, *, lease_held: bool = False) -> None:
@@ -82,6 +124,17 @@ def check_resumable(run: RunRow, *, lease_held: bool = False) -> None:
     caller holds the run's queue lease: an expired lease is the proof the owner is gone)."""
     if run.status == "halted":
         reason = run.halt_reason.value if run.halt_reason else "?"
+        awaits = waiting_for(run)
+        if awaits is not None:
+            how = (
+                f"fsm-agent approve {run.run_id} --why … (or deny)"
+                if awaits == "approval"
+                else f"fsm-agent answer {run.run_id} --text … --why …"
+            )
+            raise InvalidInputError(
+                f"run {run.run_id} waits for a person's {awaits} ({reason}); it goes on when"
+                f" someone decides: {how}"
+            )
         raise InvalidInputError(
             f"run {run.run_id} has already halted ({reason}); nothing to resume"
         )
@@ -149,6 +202,15 @@ def load_resumable(
     check_resumable(run, lease_held=lease_held)
     if not lease_held:
         _check_not_queued(store, run_id)
+    spec, events, head = verified(store, run)
+    return run, spec, events, head
+
+
+def verified(store: Store, run: RunRow) -> tuple[MachineSpec, list[Event], str]:
+    """The run's declaration (as frozen at start), its events and its head hash, refused
+    (`InvalidInputError`, nothing written) when its hash chain does not verify: a run is
+    continued only from a journal that proves itself."""
+    run_id = run.run_id
     witness = _own_witness(store, run_id)
     chained_run, links, head = store.chain(run_id)
     # the events, and the declaration it is resumed with against its sha256 (`machine_edited`),
@@ -162,7 +224,7 @@ def load_resumable(
             f" (see `fsm-agent verify {run_id}`)"
         )
     spec = parse_machine(run.machine_text, source=f"{run.machine} (journaled with run {run_id})")
-    return run, spec, store.events(run_id), head
+    return spec, store.events(run_id), head
 
 
 def _own_witness(store: Store, run_id: str) -> Witness:
@@ -209,6 +271,8 @@ def restore_context(
         privileged=snap.privileged,
         idempotent=snap.idempotent,
         repeatable=snap.repeatable,
+        approval=snap.approval,
+        approved=snap.approved,
         effects=snap.effects,
         effects_omitted=snap.effects_omitted,
         repair_voter=repair,
@@ -239,7 +303,10 @@ def _replay_facts(ctx: RunContext, event: Event) -> None:
         return
     snap = event.snapshot
     note = None
-    if facts.action == "model" and snap.proposal is not None:
+    if facts.action == "decision":
+        decided = decision_of(event)
+        note = None if decided is None else decision_note(decided, snap.proposal)
+    elif facts.action == "model" and snap.proposal is not None:
         note = proposal_note(snap.proposal)
         if isinstance(snap.proposal, ToolCall):
             ctx.last_tool_call = snap.proposal
@@ -290,6 +357,10 @@ def unknown_side_effect(spec: MachineSpec, ctx: RunContext, state: str) -> str |
     return None
 
 
+def _meter(snap: Snapshot) -> HaltReason | None:
+    return tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
+
+
 class Resumption(Halting):
     """The worker's side of resume: take a journaled run over (mixed into the worker)."""
 
@@ -300,6 +371,15 @@ class Resumption(Halting):
     #: True when this process took the run with `claim_run` (a resume by hand); a queue
     #: worker holds the run's lease instead
     claimed: bool = False
+    #: True when a person's decision (its `decided` event already journaled) took the run
+    #: over (`fsm_agent.runtime.decisions`); with the budget edge that tripped entering its
+    #: dest, and the snapshot it tripped on
+    decided: bool = False
+    entry_trip: tuple[TransitionSpec, Snapshot, tuple[GuardResult, ...]] | None = None
+    #: the journal's last event when this worker took the run over, and whether the run
+    #: was paused then (no process owned it)
+    taken: Event
+    was_paused: bool = False
 
     if TYPE_CHECKING:  # the worker's own (a stub here would shadow OperatorControls')
 
@@ -309,7 +389,8 @@ class Resumption(Halting):
 
     def take_over(self, run: RunRow, events: Sequence[Event], head: str) -> None:
         """Continue `run` from its last committed event instead of starting a new run."""
-        last = events[-1]
+        last = self.taken = events[-1]
+        self.was_paused = run.status == "paused"
         self.resuming, self.journaled = True, True
         self.state, self.seq, self.head = last.dest, last.seq, head
         self.started_at = run.started_at
@@ -326,12 +407,22 @@ class Resumption(Halting):
         if self.last_halt is not None:
             self._finish(self.last_halt, None, None)
             return
+        if self.decided:  # the decided event is the take-over: it says who and why
+            self._notify(self.taken)
+            self._catch_up_routing(upto=self.control_seen)
+            self._check_lanes()
+            if self.entry_trip is not None:
+                edge, after, guards = self.entry_trip
+                self._halt_on(edge, after, guards, None, _meter(after))
+            return
         action = self.spec.state(self.state).action
         snap = self.ctx.snapshot(self.state, None, action)
         note = f"resumed by pid {os.getpid()} on {socket.gethostname()}"
         self._commit(self._event(None, self.state, snap, kind="resumed", note=note))
         self._catch_up_routing(upto=self.control_seen)
         self._check_lanes()
-        why = unknown_side_effect(self.spec, self.ctx, self.state)
+        # A decision only journaled (the row left paused): its approved call was never made.
+        untouched = self.taken.kind == "decided" and self.was_paused
+        why = None if untouched else unknown_side_effect(self.spec, self.ctx, self.state)
         if why is not None:
             self._force(HaltReason.SIDE_EFFECT_UNKNOWN, "resume", why)

@@ -8,6 +8,7 @@ re-evaluate every guard without a model, a tool or a clock.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Final, Literal
 
@@ -78,6 +79,13 @@ class PendingEffect:
 def call_text(name: str, args: dict[str, Any]) -> str:
     """`refund({"cents": 500, "customer": "C-17"})`: one call as a person reads it."""
     return f"{name}({json.dumps(args, sort_keys=True, default=repr)})"
+
+
+def call_sha256(name: str, args: dict[str, Any]) -> str:
+    """The digest an approval is bound to: sha256 of the call's canonical JSON
+    (`["refund", {"cents": 500}]`, keys sorted, no spaces)."""
+    text = json.dumps([name, args], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @attrs.frozen
@@ -155,6 +163,11 @@ class Snapshot:
     idempotent: tuple[str, ...] = ()
     #: the run's tools whose repeat is meant (declared repeatable, or idempotent)
     repeatable: tuple[str, ...] = ()
+    #: the run's tools a person must approve each call of (`Tool.approval`, or the policy's
+    #: `approve_privileged`)
+    approval: tuple[str, ...] = ()
+    #: the sha256 of the one call a person approved (`call_sha256`), until it is made
+    approved: str | None = None
 
 
 def entering(snap: Snapshot, state: str, next_action: str | None, meters: Meters) -> Snapshot:
@@ -188,4 +201,6 @@ def entering(snap: Snapshot, state: str, next_action: str | None, meters: Meters
         snap.effects_omitted,
         snap.idempotent,
         snap.repeatable,
+        snap.approval,
+        snap.approved,
     )

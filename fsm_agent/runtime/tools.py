@@ -69,6 +69,10 @@ class Tool:
     #: second e-mail, a new id per call). Otherwise the runtime refuses such a repeat
     #: (`repeat_refused`); an idempotent tool may always repeat (the same effect again).
     repeatable: bool = False
+    #: True when a person must approve each call before it runs: the run stops in `handoff`
+    #: (`approval_required`) with the call frozen, and `fsm-agent approve` lets exactly that
+    #: call run (`fsm_agent.runtime.decisions`)
+    approval: bool = False
 
 
 def argument_problem(tool: Tool, args: Mapping[str, Any]) -> str | None:
@@ -113,6 +117,7 @@ class ToolRegistry:
         isolation: Isolation = "thread",
         side_effect: bool = True,
         repeatable: bool = False,
+        approval: bool = False,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator: register a function as a tool (named after the function by default)."""
 
@@ -127,6 +132,7 @@ class ToolRegistry:
                     isolation=isolation,
                     side_effect=side_effect,
                     repeatable=repeatable,
+                    approval=approval,
                 )
             )
             return fn

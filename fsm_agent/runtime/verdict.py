@@ -6,11 +6,12 @@ Pure functions of the run's facts and its halt reason; the answer at a cap is al
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
-from fsm_agent.declaration.spec import TransitionSpec
-from fsm_agent.halt import HANDOFF, HaltReason, cannot_answer, terminal_state
+from fsm_agent.declaration.spec import MachineSpec, TransitionSpec
+from fsm_agent.halt import AWAITS, HANDOFF, HaltReason, cannot_answer, terminal_state
 from fsm_agent.runtime.budgets import dollars
 from fsm_agent.runtime.context import RunContext
 from fsm_agent.runtime.effects import pending_lines, pending_summary, receipt_problem
@@ -18,6 +19,7 @@ from fsm_agent.runtime.grounding import ground
 from fsm_agent.runtime.proposals import FinalAnswer, HandoffRequest, Rejection, ToolCall
 from fsm_agent.runtime.receipts import receipts_complete
 from fsm_agent.runtime.record import HaltRecord, HandoffPacket, ToolCallEntry
+from fsm_agent.runtime.snapshot import call_sha256
 
 
 def build_record(
@@ -55,7 +57,7 @@ def build_record(
         started_at=started_at,
         ended_at=ended_at,
         journal=journal,
-        handoff=handoff_packet(ctx, reason, error, edge) if state == HANDOFF else None,
+        handoff=handoff_packet(ctx, reason, error, edge, ended_at) if state == HANDOFF else None,
         error=None if reason is HaltReason.COMPLETED else error,
         signal=signum,
         journal_head=journal_head,
@@ -183,10 +185,15 @@ def _receipt_note(call: ToolCallEntry) -> str:
 
 
 def handoff_packet(
-    ctx: RunContext, reason: HaltReason, why: str | None, edge: TransitionSpec | None = None
+    ctx: RunContext,
+    reason: HaltReason,
+    why: str | None,
+    edge: TransitionSpec | None = None,
+    ended_at: str | None = None,
 ) -> HandoffPacket:
     """Why a person is needed, what was tried, the arguments frozen for them (the handoff
-    request's own, or else the last proposed tool call's), and where the run stopped."""
+    request's own, or else the last proposed tool call's), where the run stopped, and what
+    it waits for (`fsm_agent.runtime.decisions`)."""
     tried = tuple(
         f"step {c.step}: {c.name}({json.dumps(c.args, sort_keys=True, default=repr)}) -> {c.status}"
         + _receipt_note(c)
@@ -200,6 +207,8 @@ def handoff_packet(
         frozen = dict(proposal.args)
     elif ctx.last_tool_call is not None:
         frozen = {"tool": ctx.last_tool_call.name, "args": dict(ctx.last_tool_call.args)}
+    call = proposal if isinstance(proposal, ToolCall) else None
+    awaits = waits_for(ctx.spec, reason)
     return HandoffPacket(
         why=why or reason.value,
         tried=tried,
@@ -207,4 +216,24 @@ def handoff_packet(
         state=None if edge is None else edge.source,
         trigger=None if edge is None else edge.trigger,
         guards=user_guards(edge),
+        call_sha256=None if call is None else call_sha256(call.name, dict(call.args)),
+        awaits=awaits,
+        wait_until=None
+        if awaits is None or ended_at is None
+        else later(ended_at, ctx.spec.wait_limit_ms),
     )
+
+
+def waits_for(spec: MachineSpec, reason: HaltReason) -> str | None:
+    """What a run that stopped with `reason` waits for — `approval` or `answer` — when its
+    declaration continues it on a person's decision (an `approved` edge out of handoff for
+    an approval, `answered` for an answer); None when the stop is final."""
+    kind = AWAITS.get(reason)
+    need = {"approval": "approved", "answer": "answered"}.get(kind or "")
+    return kind if need is not None and need in spec.decisions() else None
+
+
+def later(iso: str, ms: int) -> str:
+    """The ISO time `ms` after `iso` (as the journal writes times)."""
+    moment = datetime.datetime.fromisoformat(iso) + datetime.timedelta(milliseconds=ms)
+    return moment.isoformat(timespec="milliseconds")

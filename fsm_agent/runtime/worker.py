@@ -12,6 +12,7 @@ driver thread, the caller's thread supervising it (`fsm_agent.runtime.driver`): 
 
 from __future__ import annotations
 
+import getpass
 import os
 import signal
 import socket
@@ -57,7 +58,7 @@ from fsm_agent.runtime.tools import ToolRegistry, check_tools
 from fsm_agent.runtime.verdict import decision_note
 
 
-def _open_store(store: Store | str | os.PathLike[str]) -> tuple[Store, bool]:
+def open_store(store: Store | str | os.PathLike[str]) -> tuple[Store, bool]:
     if isinstance(store, str | os.PathLike):
         from fsm_agent.stores import open_store  # a SQLite path or a postgresql:// DSN
 
@@ -127,7 +128,8 @@ def run(
     registry = tools if tools is not None else ToolRegistry()
     allowlist = allow_list(spec.tools, registry.names(), allow)
     check_tools(registry, allowlist)  # an annotation no schema can be made of: before the run
-    opened, owned = _open_store(store)
+    plane = control or ControlPlane()
+    opened, owned = open_store(store)
     try:
         ctx = RunContext(
             spec=spec,
@@ -137,18 +139,23 @@ def run(
             tools=registry,
             allowlist=allowlist,
             halt_lane=halt_lane,
-            control=control or ControlPlane(),
+            control=plane,
             thrash_limit=spec.thrash_limit if thrash_limit is None else thrash_limit,
             clock=clock,
             start=clock(),
             privileged=tuple(t.name for t in registry if t.privileged),
             idempotent=tuple(t.name for t in registry if t.idempotent),
             repeatable=tuple(t.name for t in registry if t.repeatable or t.idempotent),
+            approval=tuple(
+                t.name
+                for t in registry
+                if t.approval or (t.privileged and plane.privileged_approval != "none")
+            ),
             repair_voter=repair,
             judge=judge,
             secrets=secrets,
         )
-        worker = _Worker(
+        worker = Worker(
             ctx,
             opened,
             rid,
@@ -204,7 +211,7 @@ def resume_run(
     """
     secrets = run_secrets(secret_env, model)
     check_run_outputs(store, record_path, trace_copy)
-    opened, owned = _open_store(store)
+    opened, owned = open_store(store)
     try:
         row, spec, events, head = load_resumable(opened, run_id, lease_held=lease_held)
         ctx = restore_context(
@@ -218,7 +225,7 @@ def resume_run(
             judge=judge,
         )
         ctx.secrets = secrets
-        worker = _Worker(
+        worker = Worker(
             ctx,
             opened,
             run_id,
@@ -237,7 +244,20 @@ def resume_run(
             opened.close()
 
 
-class _Worker(Resumption, OperatorControls):
+#: How the first event names who started a run whose approvals must come from someone else.
+STARTED_BY = "started by "
+
+
+def started_by() -> str:
+    """`started by <login name>`: journaled where a policy needs the approver to differ."""
+    try:
+        who = getpass.getuser()
+    except (KeyError, OSError):  # no login name (a container's uid with no passwd entry)
+        who = f"uid {os.getuid()}"
+    return STARTED_BY + who
+
+
+class Worker(Resumption, OperatorControls):
     def __init__(
         self,
         ctx: RunContext,
@@ -353,6 +373,7 @@ class _Worker(Resumption, OperatorControls):
             trigger=None,
             snapshot=first,
             check=check.guards,
+            note=started_by() if first.control.privileged_approval == "by_another" else None,
         )
         with self.gate.critical():
             self.head = self.store.start_run(row, event)

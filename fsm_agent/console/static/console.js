@@ -18,7 +18,7 @@
   // --- operator acts (only in a console started with --allow-operator-acts) -----------
   function formBody(form) {
     const body = { caps: {} };
-    for (const input of form.querySelectorAll("input")) {
+    for (const input of form.querySelectorAll("input, textarea")) {
       const name = input.name;
       if (name.startsWith("cap:")) {
         if (input.value.trim() !== "") body.caps[name.slice(4)] = Number(input.value);
