@@ -26,7 +26,7 @@ import attrs
 from fsm_agent.checking.explore import Exploration, Step
 from fsm_agent.checking.model import base
 from fsm_agent.declaration.spec import MachineSpec, TransitionSpec, uncounted_retry
-from fsm_agent.halt import HaltReason
+from fsm_agent.halt import HANDOFF, HaltReason
 
 #: Guards whose passing is the local halt check before a privileged tool.
 LOCAL_CHECKS: Final = frozenset({"privileged_cleared", "halt_lane_local"})
@@ -154,6 +154,8 @@ def privileged_causes(e: Exploration) -> tuple[Cause, ...]:
                 and s.after.kind == "tool_call"
                 and s.after.privileged
                 and not passed(s.log, LOCAL_CHECKS)
+                and s.source.state != HANDOFF  # an approval: the runtime's privileged rule
+                # passed on this very call before it waited (it refuses first)
             ):
                 yield "HP010", s, "is taken with no privileged_cleared (or halt_lane_local) passing"
         for s in steps:

@@ -30,6 +30,7 @@ from fsm_agent.runtime.snapshot import (
     Receipted,
     Snapshot,
     ToolOutcome,
+    call_sha256,
 )
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ FREE = Lane(kind="http", tier="free")
 #: Budgets no configuration meets but for steps and retries (the clock and the money are
 #: not counted: a decision is made after an action no meter stopped).
 _ROOM = 10**9
+#: The approval of the proposed call (`ToolCall(TOOL, {})`) a person gave.
+_APPROVED = call_sha256(TOOL, {})
 
 
 def _proposal(c: Config) -> ToolCall | FinalAnswer | HandoffRequest | Rejection | None:
@@ -101,4 +104,6 @@ def snapshot_of(c: Config, bounds: Bounds) -> Snapshot:
         repeats=1 if tool_call and c.thrash else 0,
         thrash_limit=1,
         repair="refused" if c.kind == "rejected" and c.refused else "none",
+        approval=(TOOL,) if tool_call and c.approval else (),
+        approved=_APPROVED if c.approved else None,
     )

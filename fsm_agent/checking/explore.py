@@ -140,6 +140,9 @@ class _Decider:
                 self.table[(t.source, t.trigger)] += (t,)
         self.budget_edge = {t.source: t for t in spec.transitions if t.implicit}
         self.action = {s.name: s.action or "" for s in spec.states}
+        #: what a waiting run's declaration continues it on: an approval, an answer
+        decisions = spec.decisions()
+        self.continues = {"approval": "approved" in decisions, "answer": "answered" in decisions}
         #: transition index -> its destination's spec (looked up once, not per step)
         self.dest = {t.index: spec.state(t.dest) for t in spec.transitions}
         #: (state, trigger) -> the built-in guards its candidates read: a decision depends
@@ -271,7 +274,46 @@ class _Search:
         return True
 
 
+#: What a run waits for at each halt a person's decision may continue, and the decisions
+#: that take it on (the rest of a wait's story: nobody decides, or the wait expires).
+_WAITS = {HaltReason.APPROVAL_REQUIRED: "approval", HaltReason.HANDOFF_REQUESTED: "answer"}
+_DECISIONS = {"approval": ("approved", "denied"), "answer": ("answered",)}
+_WAITED = {kind: reason for reason, kind in _WAITS.items()}
+
+
+def _waiting(after: Config, halt: Halt, d: _Decider) -> Node:
+    """`halt`, or — where the declaration continues it on a person's decision — the run
+    waiting in handoff for that decision (`fsm_agent.runtime.decisions`)."""
+    kind = _WAITS.get(halt.reason)
+    if kind is None or not d.continues.get(kind):
+        return halt
+    return after._replace(state=HANDOFF, awaits=kind)
+
+
+def _decided(c: Config, spec: MachineSpec, live: Liveness, d: _Decider) -> Iterator[Step]:
+    """A run waiting for a person: nobody decides (it stays stopped), the wait expires, or
+    each decision a declared edge takes — inputs the machine does not control."""
+    assert c.awaits is not None  # noqa: S101 - only waiting runs are in handoff
+    yield Step(c, "wait", c, None, (), Halt(HANDOFF, _WAITED[c.awaits], c.steps))
+    yield Step(c, "wait", c, None, (), Halt(BUDGET_EXHAUSTED, HaltReason.WAIT_EXPIRED, c.steps))
+    for trigger in _DECISIONS[c.awaits]:
+        after = c._replace(awaits=None, approved=trigger == "approved")
+        for chosen, log, later in d.decide(after, trigger):
+            if chosen is None:  # no edge takes it: the decision is refused, the run waits
+                continue
+            refused = contract_refusal(after, chosen, spec)
+            if refused is not None:
+                halt = Halt(terminal_state(refused[1]), refused[1], after.steps)
+                entry = (chosen.index, refused[0], False)
+                yield Step(c, trigger, after, chosen, (*log, entry), halt, later, refused[1])
+                continue
+            yield Step(c, trigger, after, chosen, log, _dest(after, chosen, spec, live, d), later)
+
+
 def _successors(c: Config, spec: MachineSpec, live: Liveness, d: _Decider) -> Iterator[Step]:
+    if c.state == HANDOFF:
+        yield from _decided(c, spec, live, d)
+        return
     action = d.action[c.state]
     budget = d.budget_edge[c.state]
     tripped = (budget.index, "budget_tripped", True)
@@ -300,7 +342,7 @@ def _successors(c: Config, spec: MachineSpec, live: Liveness, d: _Decider) -> It
             possible = () if chosen is None or certain else repeat_refusals(after, chosen, spec)
             for rule, reason in (certain,) if certain else possible:
                 assert chosen is not None  # noqa: S101 - refusals are of a chosen edge
-                halt = Halt(terminal_state(reason), reason, after.steps)
+                halt = _waiting(after, Halt(terminal_state(reason), reason, after.steps), d)
                 entry = (chosen.index, rule, False)
                 yield Step(c, trigger, after, chosen, (*log, entry), halt, later, reason)
             if certain is None:
@@ -316,7 +358,7 @@ def _dest(
     retries = min(after.retries + 1, d.bounds.max_retries + 1) if t.retry else after.retries
     dest = d.dest[t.index]
     if dest.terminal:  # the loader gives every edge into a terminal state its halt reason
-        return Halt(dest.name, t.halt or HaltReason.NO_TRANSITION, after.steps)
+        return _waiting(after, Halt(dest.name, t.halt or HaltReason.NO_TRANSITION, after.steps), d)
     return live.entering(after._replace(retries=retries), dest.name)
 
 

@@ -77,6 +77,11 @@ class Config(NamedTuple):
     retryable: bool = False
     pending: bool = False
     evidence: bool = False
+    #: the proposed tool needs a person's approval; a person approved the proposed call
+    approval: bool = False
+    approved: bool = False
+    #: in `handoff`, waiting for a person's decision: `approval` or `answer`
+    awaits: str | None = None
 
     def facts(self) -> str:
         """The facts a reader needs, as `kind allowed privileged …` words."""
@@ -90,6 +95,8 @@ class Config(NamedTuple):
                         ("not allow-listed", not self.allowed),
                         ("privileged", self.privileged),
                         ("repeated", self.thrash),
+                        ("needs approval", self.approval),
+                        ("approved", self.approved),
                     )
                     if on
                 )
@@ -118,6 +125,8 @@ class Config(NamedTuple):
             words.append("a side effect lacks receipts")
         if self.evidence:
             words.append("receipts collected")
+        if self.awaits is not None:
+            words.append(f"waiting for a person's {self.awaits}")
         return "; ".join(words)
 
 
@@ -142,6 +151,9 @@ class Bounds:
     max_retries: int
     #: False when the tool registry says no allow-listed tool is privileged
     privileged_possible: bool = True
+    #: True when a proposed call may wait for a person's approval that continues the run
+    #: (the machine declares an `approved` edge out of handoff)
+    approval_possible: bool = False
 
 
 #: Bounds for what reads no budget (the contract).
@@ -238,6 +250,7 @@ class Liveness:
                 grounded=False,
                 empty=False,
                 refused=False,
+                approval=False,
             )
         if "tool" not in live:
             c = c._replace(tool=None, complete=False, final=False, retryable=False)
@@ -262,13 +275,19 @@ def model_outcomes(c: Config, live: Liveness, bounds: Bounds) -> Iterator[tuple[
     allowed = (False, True)  # the runtime's contract reads the allow-list
     privileged = _both(bounds.privileged_possible)
     thrash = _both(live.reads_any("thrashing"))
+    approval = _both(bounds.approval_possible)
+    approved = _both(c.approved)  # the same call proposed again runs on its approval
     for a in allowed:
         for p in privileged:
             for t in thrash:
-                yield (
-                    "tool_call",
-                    c._replace(kind="tool_call", allowed=a, privileged=p, thrash=t),
-                )
+                for n in approval:
+                    for ok in approved if n else (False,):
+                        yield (
+                            "tool_call",
+                            c._replace(kind="tool_call", allowed=a, privileged=p, thrash=t,
+                                       approval=n, approved=ok),
+                        )  # fmt: skip
+    c = c._replace(approval=False, approved=False)
     grounded = _both(c.evidence)  # the runtime's success rule grounds every answer
     for g in grounded:
         yield "answer", c._replace(kind="answer", grounded=g)
@@ -330,7 +349,8 @@ def outcomes(c: Config, action: str, live: Liveness, bounds: Bounds) -> list[tup
     """Every (trigger, configuration) the action of `c`'s state can lead to."""
     if action == "model":
         return list(model_outcomes(c, live, bounds))
-    if action == "tool":
+    if action == "tool":  # the call is made: an approval lets that one call run
+        c = c._replace(approved=False)
         return list(call_outcomes(c, live, ("tool_returned",), ("tool_failed", "tool_timed_out")))
     if action == "receipts":
         collected = c.evidence or (c.tool == "returned" and c.complete)

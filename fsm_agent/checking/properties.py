@@ -42,7 +42,7 @@ from fsm_agent.checking.causes import (
 from fsm_agent.checking.explore import Exploration, Halt, Node, Step
 from fsm_agent.checking.model import Config, contract_refusal
 from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec
-from fsm_agent.halt import DONE, HaltReason
+from fsm_agent.halt import DONE, HANDOFF, HaltReason
 
 #: property name -> what it claims, for reports.
 CLAIMS: Final = {
@@ -229,7 +229,11 @@ def longest_run(e: Exploration) -> tuple[int, int]:
 
 
 def gaps(e: Exploration) -> Verdict:
-    found = [s for s in e.all_steps() if s.transition is None and s.trigger != BUDGET_TRIGGER]
+    found = [
+        s
+        for s in e.all_steps()
+        if s.transition is None and s.trigger != BUDGET_TRIGGER and s.source.state != HANDOFF
+    ]  # a waiting run's story without a decision (nobody decides, the wait expires) is none
     if not found:
         return Verdict("no-gap", True, "some transition passes for every outcome of every action")
     where = sorted({f"{s.source.state} on {s.trigger!r} ({s.after.facts()})" for s in found})

@@ -97,13 +97,14 @@ def reissued(
     tools: ToolRegistry,
 ) -> list[Violation]:
     """`no_reissue`: calls made against calls proposed (each journaled entry into a tool
-    state with the model's tool call in its snapshot allows one), counting the calls made
-    both as the journal has them and as the world saw them (the ledger: a crash may have
-    kept a call's result out of the journal)."""
+    state with the model's tool call in its snapshot allows one, an approval's too),
+    counting the calls made both as the journal has them and as the world saw them (the
+    ledger: a crash may have kept a call's result out of the journal)."""
     proposed: Counter[tuple[str, str]] = Counter()
     for event in events:
         proposal = event.snapshot.proposal
-        entering = event.kind == "transition" and event.dest != event.source
+        # a transition into a tool state, or a person's approval that lets the call run
+        entering = event.kind in ("transition", "decided") and event.dest != event.source
         if entering and spec.state(event.dest).action == "tool" and isinstance(proposal, ToolCall):
             key = _key(tools, proposal.name, dict(proposal.args))
             if key is not None:

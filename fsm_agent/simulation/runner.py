@@ -11,6 +11,7 @@ journal, the same virtual clock going on), as `fsm-agent resume` would after a k
 
 from __future__ import annotations
 
+import functools
 import random
 import signal
 from collections.abc import Callable
@@ -24,8 +25,11 @@ from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import Store
 from fsm_agent.run_ids import RunNotFound
 from fsm_agent.runtime.budgets import make_budgets
+from fsm_agent.runtime.decisions import decide_run
 from fsm_agent.runtime.record import HaltRecord
+from fsm_agent.runtime.resume import waiting_for
 from fsm_agent.runtime.tools import ToolRegistry
+from fsm_agent.runtime.waits import Act
 from fsm_agent.runtime.worker import resume_run, run
 from fsm_agent.simulation.clock import VirtualClock
 from fsm_agent.simulation.crash import SimStore, SimulatedCrash
@@ -40,6 +44,9 @@ TASK = "simulated task"
 #: The outcome named for a run whose process died before its first write reached the
 #: journal: there is no run to resume or check (what a kill that early leaves).
 NEVER_STARTED = "never_started"
+#: The most decisions a person makes on one simulated run (each goes on for a step or more,
+#: so the step budget ends a run long before).
+MAX_DECISIONS = 64
 #: Told (runs done, runs in all) after each run.
 ProgressFn = Callable[[int, int], None]
 
@@ -102,6 +109,8 @@ class Simulator:
             problems = self._start(run_id, view, world)
             if view.dead and view.writes > 1:  # its first write landed: there is a run
                 problems += self._resume(run_id, world)
+            if not view.dead or view.writes > 1:
+                problems += self._decide(run_id, world)
         finally:
             self.stage.world = None
             self.last_ledger = tuple(world.ledger)
@@ -138,6 +147,35 @@ class Simulator:
         return _raised("resume", lambda: resume_run(
             run_id, model=self.model, tools=self.tools, store=store, clock=world.clock,
             on_transition=world.entered, handle_signals=False))  # fmt: skip
+
+    def _decide(self, run_id: str, world: World) -> list[Violation]:
+        """While the run waits for a person, a drawn decision (draw 0: approve, or answer;
+        then deny; last: nobody decides, and the run stays waiting), each taken by a
+        fresh process through the real `decide_run`, as `fsm-agent approve` would."""
+        problems: list[Violation] = []
+        for _ in range(MAX_DECISIONS):
+            try:
+                awaits = waiting_for(self.journal.get_run(run_id))
+            except RunNotFound:
+                break
+            if awaits is None:
+                break
+            acts: tuple[Act | None, ...] = (
+                ("approve", "deny", None) if awaits == "approval" else ("answer", None)
+            )
+            act = acts[world.tape.choose(len(acts))]
+            if act is None:
+                break
+            problems += _raised("decision", functools.partial(self._decision, run_id, act, world))
+        return problems
+
+    def _decision(self, run_id: str, act: Act, world: World) -> HaltRecord | None:
+        store = SimStore(self.journal, world.clock).as_store()
+        text = "a simulated answer" if act == "answer" else None
+        return decide_run(
+            run_id, act, why="simulated", by="simulator", text=text, model=self.model,
+            tools=self.tools, store=store, clock=world.clock, on_transition=world.entered,
+            handle_signals=False)  # fmt: skip
 
 
 def _raised(what: str, drive: Callable[[], object]) -> list[Violation]:
