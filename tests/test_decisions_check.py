@@ -78,3 +78,26 @@ def test_simulate_draws_decisions_and_every_run_holds(tmp_path: Path) -> None:
     assert kinds["approved"] > 0
     assert kinds["denied"] > 0
     assert kinds["answered"] > 0
+
+
+def test_a_decided_run_is_one_trace_with_the_decision_as_an_event(tmp_path: Path) -> None:
+    from fsm_agent.telemetry.content import TraceOptions
+    from fsm_agent.telemetry.root import build_trace
+    from tests.test_decisions import MODEL, TOOLS, cli, start
+
+    run_id, call = start(tmp_path)
+    approved = cli(tmp_path, "approve", run_id, "--call", call, "--by", "alice", "--why",
+                   "ticket 88", *MODEL, *TOOLS, "--db", "j.db")  # fmt: skip
+    assert approved.returncode == 0, approved.stderr
+    store = SqliteStore(tmp_path / "j.db", read_only=True)
+    try:
+        spans = build_trace(store.get_run(run_id), store.events(run_id), TraceOptions())
+    finally:
+        store.close()
+    root = spans[0]
+    decided = [e for e in root.events if e.name == "fsm_agent.decided"]
+    assert [e.attributes["fsm_agent.decision"] for e in decided] == ["approved"]
+    assert "approved by alice" in str(decided[0].attributes["fsm_agent.note"])
+    assert len({s.trace_id for s in spans}) == 1
+    steps = [s for s in spans[1:] if s.start_ns > s.end_ns]
+    assert steps == []  # the wait does not stretch a step backwards in time

@@ -119,15 +119,18 @@ def _record_attributes(record: HaltRecord) -> dict[str, AttrValue]:
 
 
 def _journal_events(row: RunRow, events: Sequence[Event]) -> list[SpanEvent]:
-    """Each operator act and each resume, at the time it was journaled."""
+    """Each operator act, each resume and each person's decision, at the time it was
+    journaled."""
     found = []
     for event in events:
-        if event.kind not in ("operator", "resumed"):
+        if event.kind not in ("operator", "resumed", "decided"):
             continue
         attributes: dict[str, AttrValue] = {"fsm_agent.event.seq": event.seq,
                                             "fsm_agent.state": event.dest}  # fmt: skip
         if event.kind == "operator":
             attributes["fsm_agent.operator.act"] = event.trigger or ""
+        if event.kind == "decided":
+            attributes["fsm_agent.decision"] = event.trigger or ""
         if event.note:
             attributes["fsm_agent.note"] = event.note
         found.append(SpanEvent(f"fsm_agent.{event.kind}", iso_ns(event.wall_time), attributes))
