@@ -5,6 +5,7 @@ a wait is bounded, budgets carry, and verify and replay prove all of it."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -342,3 +343,18 @@ def events_notes(tmp: Path, run_id: str) -> list[str | None]:
         return [e.note for e in store.events(run_id)]
     finally:
         store.close()
+
+
+def test_a_fork_of_a_decided_run_verifies_with_its_decisions_resealed(tmp_path: Path) -> None:
+    """A fork copies a decision with the waiting record it carries; its seal is made again
+    onto the fork's own chain, so the fork verifies and replays on its own."""
+    run_id, call = start(tmp_path)
+    assert cli(tmp_path, "approve", run_id, "--call", call, "--why", "ok", *MODEL, *TOOLS,
+               "--db", "j.db").returncode == 0  # fmt: skip
+    forked = cli(tmp_path, "fork", run_id, "--at", "3", *MODEL, *TOOLS, "--db", "j.db",
+                 "--json")  # fmt: skip
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    fork_id = json.loads(forked.stdout)["run_id"]
+    assert ("decided", "approved", None) in events(tmp_path, fork_id)
+    proven(tmp_path, fork_id, "completed")
+    assert refunds(tmp_path) == ["C-17 500"]  # the fork made no call its parent made

@@ -16,10 +16,21 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from fsm_agent.halt import AWAITS
 from fsm_agent.journal import serde
-from fsm_agent.journal.chain_hash import ChainLink, record_link
+from fsm_agent.journal.chain_hash import (
+    ChainLink,
+    base_of,
+    chain_version,
+    event_columns,
+    genesis,
+    link_for,
+    record_link,
+)
 from fsm_agent.journal.findings import Findings
+from fsm_agent.journal.store import Event, RunRow
 from fsm_agent.runtime.record import HaltRecord
 
 _KIND, _HALT, _FACTS = 2, 8, 13
@@ -81,3 +92,30 @@ def _seal_of(head: str, record: Any, key: bytes | None) -> str | None:
         return record_link(head, serde.structure(record, HaltRecord), key)
     except (TypeError, ValueError, KeyError, AttributeError):
         return None
+
+
+def resealed(run: RunRow, events: Sequence[Event], key: bytes | None) -> list[Event]:
+    """`events`, about to be chained as the run `run` (a fork's copy of its parent's past),
+    with each decision's carried seal made again onto the halt it follows in this chain:
+    the record it carries is the same, the hash of the halt it was sealed onto is not."""
+    version = chain_version(run.chain)
+    base = base_of(events, version)
+    link = link_for(version)
+    prev, out = genesis(run, key), list[Event]()
+    for event in events:
+        facts = event.facts
+        before = out[-1] if out else None
+        if (
+            event.kind == "decided"
+            and before is not None
+            and before.halt is not None
+            and facts is not None
+            and isinstance(facts.reply, dict)
+            and isinstance(facts.reply.get("record"), dict)
+        ):
+            seal = _seal_of(prev, facts.reply["record"], key)
+            reply = {**facts.reply, "record_seal": seal}
+            event = attrs.evolve(event, facts=attrs.evolve(facts, reply=reply))
+        prev = link(prev, event_columns(event, version, base), key)
+        out.append(event)
+    return out

@@ -41,6 +41,7 @@ from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import serde
 from fsm_agent.journal.chain import verify_chain
 from fsm_agent.journal.chain_hash import mode_for
+from fsm_agent.journal.chain_waits import resealed
 from fsm_agent.journal.store import Event, Facts, RunRow, Store
 from fsm_agent.outputs import check_run_outputs
 from fsm_agent.run_ids import RunNotFound, check_run_id
@@ -216,7 +217,8 @@ def plan_fork(
         started_at=forked.wall_time, steps_used=snap.meters.steps_used,
         chain=mode_for(store.chain_key),
     )  # fmt: skip
-    return fork, [*(attrs.evolve(e, run_id=fork_id) for e in events[: at + 1]), forked]
+    copied = [*(attrs.evolve(e, run_id=fork_id) for e in events[: at + 1]), forked]
+    return fork, resealed(fork, copied, store.chain_key)  # a decision's seal, on this chain
 
 
 def _fork_point(
