@@ -358,3 +358,22 @@ def test_a_fork_of_a_decided_run_verifies_with_its_decisions_resealed(tmp_path: 
     assert ("decided", "approved", None) in events(tmp_path, fork_id)
     proven(tmp_path, fork_id, "completed")
     assert refunds(tmp_path) == ["C-17 500"]  # the fork made no call its parent made
+
+
+def test_expire_waits_ends_only_the_waits_past_their_limit(tmp_path: Path) -> None:
+    short = _variant(tmp_path, "wait_limit_ms: 3600000", "wait_limit_ms: 1")
+    late, _ = start(tmp_path, short)
+    fresh, _ = start(tmp_path)  # waits for an hour
+    time.sleep(0.05)
+    swept = cli(tmp_path, "expire-waits", "--db", "j.db", "--json")
+    assert swept.returncode == 0, swept.stderr
+    assert json.loads(swept.stdout) == [late]
+    store = SqliteStore(tmp_path / "j.db")
+    try:
+        assert store.get_run(late).halt_reason is HaltReason.WAIT_EXPIRED
+        assert store.get_run(fresh).halt_reason is HaltReason.APPROVAL_REQUIRED
+    finally:
+        store.close()
+    again = cli(tmp_path, "expire-waits", "--db", "j.db")
+    assert "0 waiting run(s) past their wait limit" in again.stdout
+    proven(tmp_path, late, "wait_expired")

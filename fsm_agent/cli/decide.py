@@ -8,6 +8,7 @@ needs the model and the tools module again. Registered on the `fsm-agent` group 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -155,3 +156,23 @@ def answer(run_id: str, **options: Any) -> None:
 
     Exit codes as for `run`; 2 (nothing journaled) if the run does not wait for an answer."""
     _decide("answer", run_id, options)
+
+
+@cli.command("expire-waits")
+@db_option
+@json_option
+@cli_errors
+def expire_waits(db: str, as_json: bool) -> None:
+    """End every run that waits for a person's decision past its machine's wait_limit_ms
+    (halt wait_expired, its record in the journal): run it from a timer or cron, so that a
+    wait nobody answers ends without anyone acting on the run. Exit 0."""
+    from fsm_agent.runtime.decisions import expire_waits as sweep
+
+    with journal_store(db, must_exist=True) as store:
+        ended = sweep(store)
+    if as_json:
+        click.echo(json.dumps([r.run_id for r in ended]))
+        return
+    for record in ended:
+        click.echo(f"run {record.run_id}: {record.error or 'wait_expired'}")
+    click.echo(f"{len(ended)} waiting run(s) past their wait limit ended wait_expired")

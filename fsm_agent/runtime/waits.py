@@ -15,6 +15,9 @@ from fsm_agent.runtime.proposals import Proposal, ToolCall
 from fsm_agent.runtime.snapshot import call_text
 
 Act = Literal["approve", "deny", "answer"]
+#: How a run's first event names who started it, where a policy needs the approver of a
+#: privileged call to be someone else.
+STARTED_BY = "started by "
 
 
 @attrs.frozen

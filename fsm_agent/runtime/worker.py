@@ -56,6 +56,7 @@ from fsm_agent.runtime.resume import Resumption, claim_run, load_resumable, rest
 from fsm_agent.runtime.snapshot import Snapshot, entering
 from fsm_agent.runtime.tools import ToolRegistry, check_tools
 from fsm_agent.runtime.verdict import decision_note
+from fsm_agent.runtime.waits import STARTED_BY
 
 
 def open_store(store: Store | str | os.PathLike[str]) -> tuple[Store, bool]:
@@ -242,10 +243,6 @@ def resume_run(
     finally:
         if owned:
             opened.close()
-
-
-#: How the first event names who started a run whose approvals must come from someone else.
-STARTED_BY = "started by "
 
 
 def started_by() -> str:
