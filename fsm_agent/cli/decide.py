@@ -32,9 +32,9 @@ from fsm_agent.cli.traces import live_traces, otel_options, traced
 from fsm_agent.journal.store import Event
 from fsm_agent.redaction import run_secrets
 from fsm_agent.run_ids import resolve_run_id
+from fsm_agent.runtime.decided import Act
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
-from fsm_agent.runtime.waits import Act
 
 
 def _decision_options(fn: Callable[..., Any]) -> Callable[..., Any]:

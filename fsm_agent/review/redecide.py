@@ -21,10 +21,10 @@ from fsm_agent.review.step_report import GuardCheck, StepReport, Verdict, matche
 from fsm_agent.runtime.budgets import tripped_meter
 from fsm_agent.runtime.contract import CONTRACT_SINCE, tool_refusal
 from fsm_agent.runtime.contract import PREFIX as CONTRACT_PREFIX
+from fsm_agent.runtime.decided import waited_on
 from fsm_agent.runtime.lanes import CONTROL_KEYS, halt_lane_refusal
 from fsm_agent.runtime.proposals import Proposal, Rejection, ToolCall, parse_reply
 from fsm_agent.runtime.snapshot import Snapshot, call_sha256
-from fsm_agent.runtime.waits import waited_on
 
 
 def _index(edge: EdgeId | int, ids: Mapping[EdgeId, int], fallback: Mapping[EdgeId, int]) -> int:

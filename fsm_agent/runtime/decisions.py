@@ -21,6 +21,7 @@ from fsm_agent.journal.store import Event, RunRow, Store
 from fsm_agent.outputs import check_run_outputs
 from fsm_agent.redaction import run_secrets
 from fsm_agent.runtime.context import Clock
+from fsm_agent.runtime.decided import Act, span
 from fsm_agent.runtime.journaling import now_iso
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.resume import restore_context, shown_runs
@@ -35,7 +36,6 @@ from fsm_agent.runtime.waiting import (
     reopen,
     signed,
 )
-from fsm_agent.runtime.waits import Act, span
 from fsm_agent.runtime.worker import Worker, open_store
 
 #: the most waiting runs one `expire_waits` looks at (newest first; run it again for more)

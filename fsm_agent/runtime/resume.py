@@ -38,11 +38,11 @@ from fsm_agent.runtime.actions import (
 from fsm_agent.runtime.budgets import tripped_meter
 from fsm_agent.runtime.context import Clock, RunContext
 from fsm_agent.runtime.contract import may_reissue
+from fsm_agent.runtime.decided import decision_note, decision_of
 from fsm_agent.runtime.halting import Halting
 from fsm_agent.runtime.proposals import ToolCall
 from fsm_agent.runtime.snapshot import SUCCESS_RULES, Snapshot
 from fsm_agent.runtime.tools import ToolRegistry, check_tools
-from fsm_agent.runtime.waits import decision_note, decision_of
 
 Liveness = Literal["live", "gone", "elsewhere"]
 

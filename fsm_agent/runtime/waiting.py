@@ -36,12 +36,12 @@ from fsm_agent.journal import serde
 from fsm_agent.journal.store import Event, Facts, RunRow, Store
 from fsm_agent.runtime.budgets import tripped_meter
 from fsm_agent.runtime.context import RunContext
+from fsm_agent.runtime.decided import STARTED_BY, PersonDecision, decision_note, span
 from fsm_agent.runtime.journaling import now_iso
 from fsm_agent.runtime.proposals import ToolCall
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.resume import verified, waiting_for
 from fsm_agent.runtime.snapshot import Snapshot, entering
-from fsm_agent.runtime.waits import STARTED_BY, PersonDecision, decision_note, span
 
 #: each act -> the trigger it fires out of `handoff`, and what the run must wait for
 TRIGGER: dict[str, str] = {"approve": "approved", "deny": "denied", "answer": "answered"}

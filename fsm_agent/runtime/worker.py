@@ -46,6 +46,7 @@ from fsm_agent.runtime.budgets import Budgets, make_budgets, tripped_meter
 from fsm_agent.runtime.context import Clock, RunContext
 from fsm_agent.runtime.contract import allow_list
 from fsm_agent.runtime.deadline import error_text
+from fsm_agent.runtime.decided import STARTED_BY
 from fsm_agent.runtime.driver import supervise
 from fsm_agent.runtime.interrupts import InterruptGate, raised_by_user_code
 from fsm_agent.runtime.journaling import now_iso
@@ -56,7 +57,6 @@ from fsm_agent.runtime.resume import Resumption, claim_run, load_resumable, rest
 from fsm_agent.runtime.snapshot import Snapshot, entering
 from fsm_agent.runtime.tools import ToolRegistry, check_tools
 from fsm_agent.runtime.verdict import decision_note
-from fsm_agent.runtime.waits import STARTED_BY
 
 
 def open_store(store: Store | str | os.PathLike[str]) -> tuple[Store, bool]:

@@ -25,11 +25,11 @@ from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import Store
 from fsm_agent.run_ids import RunNotFound
 from fsm_agent.runtime.budgets import make_budgets
+from fsm_agent.runtime.decided import Act
 from fsm_agent.runtime.decisions import decide_run
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.resume import waiting_for
 from fsm_agent.runtime.tools import ToolRegistry
-from fsm_agent.runtime.waits import Act
 from fsm_agent.runtime.worker import resume_run, run
 from fsm_agent.simulation.clock import VirtualClock
 from fsm_agent.simulation.crash import SimStore, SimulatedCrash
