@@ -42,6 +42,8 @@ configs = st.builds(
     retryable=st.booleans(),
     pending=st.booleans(),
     evidence=st.booleans(),
+    approval=st.booleans(),
+    approved=st.booleans(),
 )
 
 
@@ -94,6 +96,8 @@ def test_the_contract_check_explores_is_the_runtimes_refusal_on_the_stand_in(c: 
         assert tool == ("runtime:allow_list", HaltReason.TOOL_REFUSED)
     elif c.privileged and not c.lane_local:
         assert tool == ("runtime:privileged", HaltReason.HALT_PATH_REFUSED)
+    elif c.approval and not c.approved:  # a call a person must approve, not approved
+        assert tool == ("runtime:approval", HaltReason.APPROVAL_REQUIRED)
     else:
         assert tool is None  # repeats need the calls' identity: `repeat_refusals`
 
