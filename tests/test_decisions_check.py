@@ -101,3 +101,26 @@ def test_a_decided_run_is_one_trace_with_the_decision_as_an_event(tmp_path: Path
     assert len({s.trace_id for s in spans}) == 1
     steps = [s for s in spans[1:] if s.start_ns > s.end_ns]
     assert steps == []  # the wait does not stretch a step backwards in time
+
+
+def test_a_fork_s_trace_names_its_start_from_the_parent(tmp_path: Path) -> None:
+    from fsm_agent.telemetry.content import TraceOptions
+    from fsm_agent.telemetry.root import build_trace
+    from tests.test_decisions import MODEL, TOOLS, cli, start
+
+    run_id, call = start(tmp_path)
+    assert cli(tmp_path, "approve", run_id, "--call", call, "--why", "ok", *MODEL, *TOOLS,
+               "--db", "j.db").returncode == 0  # fmt: skip
+    forked = cli(tmp_path, "fork", run_id, "--at", "3", *MODEL, *TOOLS, "--db", "j.db", "--json")
+    assert forked.returncode == 0, forked.stderr
+    fork_id = json.loads(forked.stdout)["run_id"]
+    store = SqliteStore(tmp_path / "j.db", read_only=True)
+    try:
+        spans = build_trace(store.get_run(fork_id), store.events(fork_id), TraceOptions())
+    finally:
+        store.close()
+    names = [e.name for e in spans[0].events]
+    assert "fsm_agent.forked" in names
+    assert "fsm_agent.decided" in names  # the parent's decision, in the fork's own past
+    note = next(e for e in spans[0].events if e.name == "fsm_agent.forked").attributes
+    assert f"forked from run {run_id} at seq 3" in str(note["fsm_agent.note"])

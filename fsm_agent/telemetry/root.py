@@ -119,11 +119,11 @@ def _record_attributes(record: HaltRecord) -> dict[str, AttrValue]:
 
 
 def _journal_events(row: RunRow, events: Sequence[Event]) -> list[SpanEvent]:
-    """Each operator act, each resume and each person's decision, at the time it was
-    journaled."""
+    """Each operator act, each resume, each person's decision and a fork's start, at the
+    time it was journaled."""
     found = []
     for event in events:
-        if event.kind not in ("operator", "resumed", "decided"):
+        if event.kind not in ("operator", "resumed", "decided", "forked"):
             continue
         attributes: dict[str, AttrValue] = {"fsm_agent.event.seq": event.seq,
                                             "fsm_agent.state": event.dest}  # fmt: skip

@@ -88,7 +88,7 @@ class RunSpans:
 
     def place(self, event: Event) -> tuple[int, int]:
         """Where `event`'s step lies on the wall clock: (start, end) in ns."""
-        if event.kind in ("started", "resumed", "decided"):  # the run's clock goes on here
+        if event.kind in ("started", "resumed", "decided", "forked"):  # its clock goes on here
             self._origin_ns = iso_ns(event.wall_time) - event.at_ms * 1_000_000
         end = self._origin_ns + event.at_ms * 1_000_000
         start = self._previous_ns if self._previous_ns is not None else end
@@ -96,9 +96,9 @@ class RunSpans:
         return min(start, end), end
 
     def spans(self, event: Event) -> list[Span]:
-        """The spans of `event`: none for `started`, `resumed`, `decided` and `operator`
-        events (they are the root span's start and events), else its step and the calls it
-        made."""
+        """The spans of `event`: none for `started`, `resumed`, `decided`, `forked` and
+        `operator` events (they are the root span's start and events), else its step and the
+        calls it made."""
         start, end = self.place(event)
         if event.kind != "transition":
             return []
