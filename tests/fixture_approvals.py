@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any
 
 from fsm_agent.adapters.models import Prompt
@@ -36,6 +37,14 @@ def refund(customer: str, cents: int) -> ToolResult:
     return ToolResult(receipts=(Receipt(201, rid),), observation={"refund": rid})
 
 
+@TOOLS.tool(approval=True)
+def slow_refund(customer: str, cents: int) -> ToolResult:
+    """A refund that takes effect, then takes its time to say so (a kill lands in between)."""
+    result = refund(customer, cents)
+    time.sleep(float(os.environ.get("FSM_TEST_SLOW_S", "0")))
+    return result
+
+
 @TOOLS.tool(privileged=True)
 def pay(customer: str, cents: int) -> ToolResult:
     """Pay out money: privileged (the policy may make each call wait for a person)."""
@@ -48,7 +57,7 @@ def _said(prompt: Prompt) -> list[str]:
 
 def _refunded(prompt: Prompt) -> str | None:
     for note in reversed(list(prompt.history)):
-        if note.get("role") == "tool" and note.get("name") in ("refund", "pay"):
+        if note.get("role") == "tool" and note.get("name") in ("refund", "pay", "slow_refund"):
             observation = note.get("observation") or {}
             return str(observation.get("refund")) if note.get("receipts_complete") else None
     return None
@@ -71,5 +80,5 @@ def shop_model(prompt: Prompt) -> dict[str, Any]:
     if denied:
         return {"handoff": {"why": "the refund was denied: what should I do?"}}
     cents = int(re.search(r"(\d+) cents", prompt.task).group(1))  # type: ignore[union-attr]
-    tool = "pay" if prompt.task.startswith("Pay") else "refund"
+    tool = {"Pay": "pay", "Slowly": "slow_refund"}.get(prompt.task.split()[0], "refund")
     return {"tool_call": {"name": tool, "args": {"customer": "C-17", "cents": cents}}}

@@ -316,8 +316,7 @@ def test_a_policy_can_have_privileged_calls_approved_by_someone_else(tmp_path: P
                        "privileged_tools_require: local_halt_and_approval_by_another"),
         encoding="utf-8",
     )  # fmt: skip
-    machine = _variant(tmp_path, "tools: [get_customer, refund]",
-                       "tools: [get_customer, refund, pay]\npolicy: policy.yml")  # fmt: skip
+    machine = _variant(tmp_path, "slow_refund]", "slow_refund, pay]\npolicy: policy.yml")
     run_id, call = start(tmp_path, machine, task="Pay 700 cents to customer C-17.")
     record = read_record(tmp_path / "halt-contract.json")
     assert record.handoff is not None
@@ -377,3 +376,34 @@ def test_expire_waits_ends_only_the_waits_past_their_limit(tmp_path: Path) -> No
     again = cli(tmp_path, "expire-waits", "--db", "j.db")
     assert "0 waiting run(s) past their wait limit" in again.stdout
     proven(tmp_path, late, "wait_expired")
+
+
+def test_an_approval_killed_inside_its_call_resumes_to_side_effect_unknown(tmp_path: Path) -> None:
+    """SIGKILL while the approved call runs: the call took effect, its result is not
+    journaled. `resume` does not make it again (the tool is not idempotent): the run ends
+    side_effect_unknown, and the refund was made once."""
+    run_id, call = start(tmp_path, task="Slowly refund 500 cents to customer C-17.")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), FSM_TEST_REFUNDS=str(tmp_path / "refunds"),
+               FSM_TEST_SLOW_S="60")  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fsm_agent", "approve", run_id, "--call", call, "--why", "ok",
+         *MODEL, *TOOLS, "--db", "j.db"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not refunds(tmp_path):  # the refund took effect; the tool still sleeps
+            assert child.poll() is None, "the approval ended before its call"
+            assert time.monotonic() < deadline, "the approved call never started"
+            time.sleep(0.02)
+        child.kill()
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert events(tmp_path, run_id)[-1] == ("decided", "approved", None)
+    resumed = cli(tmp_path, "resume", run_id, *MODEL, *TOOLS, "--db", "j.db")
+    assert resumed.returncode == 4, resumed.stdout + resumed.stderr
+    assert "halted: side_effect_unknown" in resumed.stdout
+    assert refunds(tmp_path) == ["C-17 500"]  # made once, never re-issued
+    proven(tmp_path, run_id, "side_effect_unknown")
