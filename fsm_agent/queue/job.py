@@ -110,6 +110,8 @@ class JobDriving:
         if self.on_halt is not None:
             self.on_halt(record)
         what = f"halted {record.halt_reason.value} ({record.steps_used} steps)"
+        if record.handoff is not None and record.handoff.awaits is not None:
+            what += f", waiting for a person's {record.handoff.awaits}"
         self._release(store, slot, "done", what, "halted")
 
     @staticmethod
