@@ -44,6 +44,11 @@ BASES = {
         ROOT / "examples" / "payments_retry" / "payments.yaml",
         (None, "fsm_agent.examples.payments_retry.tools"),
     ),
+    # a machine a person's decisions continue (edges out of handoff, approvals)
+    "approvals": (
+        ROOT / "tests" / "approval_fixtures" / "shop.yaml",
+        (None, "tests.fixture_approvals"),
+    ),
 }
 USER = "tests.fixture_guards:always_true"
 #: guards an edge into done is given instead of its own
