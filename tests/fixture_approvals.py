@@ -82,3 +82,14 @@ def shop_model(prompt: Prompt) -> dict[str, Any]:
     cents = int(re.search(r"(\d+) cents", prompt.task).group(1))  # type: ignore[union-attr]
     tool = {"Pay": "pay", "Slowly": "slow_refund"}.get(prompt.task.split()[0], "refund")
     return {"tool_call": {"name": tool, "args": {"customer": "C-17", "cents": cents}}}
+
+
+def repeat_model(prompt: Prompt) -> dict[str, Any]:
+    """The real model's habit: the same refund again after its receipt, until two are made."""
+    made = [
+        n for n in prompt.history
+        if n.get("role") == "tool" and n.get("name") == "refund" and n.get("receipts_complete")
+    ]  # fmt: skip
+    if len(made) >= 2:
+        return {"answer": f"refund {made[-1]['observation']['refund']}"}
+    return {"tool_call": {"name": "refund", "args": {"customer": "C-17", "cents": 500}}}

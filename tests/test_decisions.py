@@ -407,3 +407,24 @@ def test_an_approval_killed_inside_its_call_resumes_to_side_effect_unknown(tmp_p
     assert "halted: side_effect_unknown" in resumed.stdout
     assert refunds(tmp_path) == ["C-17 500"]  # made once, never re-issued
     proven(tmp_path, run_id, "side_effect_unknown")
+
+
+def test_a_repeat_of_a_call_that_took_effect_waits_for_a_person(tmp_path: Path) -> None:
+    """The same refund again after its receipt: refused where nobody can approve it
+    (repeat_refused, tests/test_contract.py), and where the machine continues approvals the
+    repeat stops for one: the second refund is made only once a person approves it."""
+    repeat = ("--model", "python:tests.fixture_approvals:repeat_model")
+    done = cli(tmp_path, "run", str(MACHINE), "--task", TASK, *repeat, *TOOLS, "--db", "j.db")
+    assert done.returncode == 4, done.stdout + done.stderr
+    run_id = read_record(tmp_path / "halt-contract.json").run_id
+    first = cli(tmp_path, "approve", run_id, "--why", "the first", *repeat, *TOOLS,
+                "--db", "j.db")  # fmt: skip
+    assert first.returncode == 4, first.stdout + first.stderr  # the repeat waits
+    assert "already took effect" in first.stdout
+    assert "made again only if a person approves" in first.stdout
+    assert refunds(tmp_path) == ["C-17 500"]
+    second = cli(tmp_path, "approve", run_id, "--why", "two were ordered", *repeat, *TOOLS,
+                 "--db", "j.db")  # fmt: skip
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert refunds(tmp_path) == ["C-17 500", "C-17 500"]
+    proven(tmp_path, run_id, "completed")

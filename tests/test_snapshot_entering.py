@@ -29,6 +29,7 @@ def _every_field_set() -> Snapshot:
         control=ControlPlane(), repeats=2, thrash_limit=4, repair="failed", judge="veto",
         effects=(DoneEffect(1, "w", {}, ("i",)),), effects_omitted=1, idempotent=("c",),
         repeatable=("e",), approval=("a",), approved="0" * 64,
+        repeat_asks=True,
     )  # fmt: skip
 
 

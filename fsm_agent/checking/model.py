@@ -192,8 +192,14 @@ def repeat_refusals(
     if spec.state(t.dest).action != "tool" or c.kind != "tool_call":
         return ()
     out: tuple[tuple[str, HaltReason], ...] = ()
-    if c.steps > 1 or c.pending or c.evidence or c.tool is not None:
-        out += (("runtime:repeat", HaltReason.REPEAT_REFUSED),)
+    may_repeat = c.steps > 1 or c.pending or c.evidence or c.tool is not None
+    if may_repeat and not c.approved:  # an approved call runs, a repeat or not
+        asks = "approved" in spec.decisions()  # a repeat then waits for a person's approval
+        out += (
+            ("runtime:approval", HaltReason.APPROVAL_REQUIRED)
+            if asks
+            else ("runtime:repeat", HaltReason.REPEAT_REFUSED),
+        )
     if c.pending:
         out += (("runtime:unknown_effect", HaltReason.SIDE_EFFECT_UNKNOWN),)
     return out

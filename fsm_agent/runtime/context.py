@@ -53,6 +53,8 @@ class RunContext:
     #: tools a person must approve each call of, and the digest of the call approved
     approval: tuple[str, ...] = ()
     approved: str | None = None
+    #: a repeat of a completed side effect asks a person instead of being refused
+    repeat_asks: bool = False
     #: the schema-repair voter: callable(raw reply) -> repaired reply, with its `lane`
     repair_voter: Callable[[Any], Any] | None = None
     repair: Literal["none", "refused", "repaired", "failed"] = "none"
@@ -124,6 +126,7 @@ class RunContext:
             repeatable=self.repeatable,
             approval=self.approval,
             approved=self.approved,
+            repeat_asks=self.repeat_asks,
         )
 
     def count_call(self, entry: ToolCallEntry) -> None:

@@ -13,7 +13,9 @@ looser. Once the declaration has chosen an edge, the runtime refuses it — the 
   outcome is unknown (timed out, interrupted, failed without a `ToolError`), unless its
   tool is idempotent;
 - `repeat` -> `repeat_refused`: make again a side-effecting call that already returned
-  complete receipts, unless its tool is `repeatable` or idempotent;
+  complete receipts, unless its tool is `repeatable` or idempotent, or a person approved
+  that repeat (where the declaration continues an approval, the repeat stops for one:
+  `approval_required`);
 - `approval` -> `approval_required`: run a tool a person must approve (`Tool.approval`, or
   a privileged tool under the policy's `approve_privileged`) other than the one call a
   person approved (`fsm-agent approve`): the run waits in `handoff`, the call frozen;
@@ -109,31 +111,41 @@ def tool_refusal(s: Snapshot) -> Refusal | None:
                     f" ({pending.describe()}); {p.name} is not declared idempotent, so it is"
                     " not re-issued: check the earlier call by hand",
                 )
-    if p.name not in s.repeatable:
+    digest = call_sha256(p.name, dict(p.args))
+    if p.name not in s.repeatable and s.approved != digest:  # a person may approve a repeat
         for done in s.effects:
             if done.name == p.name and done.args == p.args:
-                return Refusal(
-                    "repeat",
-                    HaltReason.REPEAT_REFUSED,
-                    f"{call} was proposed again after the same call already took effect"
-                    f" ({done.describe()}); {p.name} is not declared repeatable or"
-                    " idempotent, so it is not made twice",
-                )
+                return _repeat(
+                    s, digest, f"{call} was proposed again after the same call already took"
+                    f" effect ({done.describe()}); {p.name} is not declared repeatable or"
+                    " idempotent",
+                )  # fmt: skip
         if s.effects_omitted:  # older calls are only counted: a repeat cannot be ruled out
-            return Refusal(
-                "repeat",
-                HaltReason.REPEAT_REFUSED,
-                f"{call} may repeat one of {s.effects_omitted} earlier receipted calls no"
-                " longer named in the snapshot; it is not made",
-            )
-    if p.name in s.approval and s.approved != call_sha256(p.name, dict(p.args)):
+            return _repeat(
+                s, digest, f"{call} may repeat one of {s.effects_omitted} earlier receipted"
+                " calls no longer named in the snapshot",
+            )  # fmt: skip
+    if p.name in s.approval and s.approved != digest:
         return Refusal(
             "approval",
             HaltReason.APPROVAL_REQUIRED,
             f"{call} needs a person's approval before it runs; nothing was run (call"
-            f" sha256 {call_sha256(p.name, dict(p.args))})",
+            f" sha256 {digest})",
         )
     return None
+
+
+def _repeat(s: Snapshot, digest: str, why: str) -> Refusal:
+    """A repeat of a call that took effect: refused, or — where the declaration continues
+    an approval — stopped for a person to approve that repeat."""
+    if s.repeat_asks:
+        return Refusal(
+            "approval",
+            HaltReason.APPROVAL_REQUIRED,
+            f"{why}, so it is made again only if a person approves; nothing was run (call"
+            f" sha256 {digest})",
+        )
+    return Refusal("repeat", HaltReason.REPEAT_REFUSED, f"{why}, so it is not made twice")
 
 
 def success_refusal(s: Snapshot) -> Refusal | None:

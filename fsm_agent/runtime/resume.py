@@ -273,6 +273,7 @@ def restore_context(
         repeatable=snap.repeatable,
         approval=snap.approval,
         approved=snap.approved,
+        repeat_asks=snap.repeat_asks,
         effects=snap.effects,
         effects_omitted=snap.effects_omitted,
         repair_voter=repair,

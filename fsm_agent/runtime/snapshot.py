@@ -168,6 +168,9 @@ class Snapshot:
     approval: tuple[str, ...] = ()
     #: the sha256 of the one call a person approved (`call_sha256`), until it is made
     approved: str | None = None
+    #: a repeat of a call that already took effect waits for a person's approval instead of
+    #: being refused (the run's declaration continues an approval: an `approved` edge)
+    repeat_asks: bool = False
 
 
 def entering(snap: Snapshot, state: str, next_action: str | None, meters: Meters) -> Snapshot:
@@ -203,4 +206,5 @@ def entering(snap: Snapshot, state: str, next_action: str | None, meters: Meters
         snap.repeatable,
         snap.approval,
         snap.approved,
+        snap.repeat_asks,
     )
