@@ -50,8 +50,14 @@ _ESCAPED = frozenset('#;:"%<>&|`')
 
 
 def mermaid_text(text: str) -> str:
-    """`text` for a quoted Mermaid label: the characters Mermaid reads as entity codes."""
-    return "".join(f"#{ord(c)};" if c in _ESCAPED else c for c in text)
+    """`text` for a quoted Mermaid label: the characters Mermaid reads as entity codes, and
+    spaces at either end as no-break spaces (a label's HTML drops plain ones, so ` 0` would
+    be drawn as `0`, the same as another name)."""
+    body = "".join(f"#{ord(c)};" if c in _ESCAPED else c for c in text.strip(" "))
+    lead, trail = len(text) - len(text.lstrip(" ")), len(text) - len(text.rstrip(" "))
+    if not body:
+        return "#160;" * len(text)
+    return "#160;" * lead + body + "#160;" * trail
 
 
 def _lines(lines: list[str]) -> str:
