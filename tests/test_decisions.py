@@ -17,6 +17,7 @@ import attrs
 import pytest
 
 from fsm_agent import HaltReason, decide_run, read_record
+from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal.runfile import read_run_file, verify_run_file
 from fsm_agent.stores.sqlite import SqliteStore
 from tests.lab import rechained
@@ -428,3 +429,27 @@ def test_a_repeat_of_a_call_that_took_effect_waits_for_a_person(tmp_path: Path) 
     assert second.returncode == 0, second.stdout + second.stderr
     assert refunds(tmp_path) == ["C-17 500", "C-17 500"]
     proven(tmp_path, run_id, "completed")
+
+
+def test_a_decision_taken_while_another_reads_the_run_is_named_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row and the chain are read apart: a decision another process journals between
+    the two reads shows as events past the sealed head. The late decision is refused as
+    decided first (nothing journaled), not as a journal that does not verify."""
+    from fsm_agent.runtime import waiting
+
+    run_id, call = start(tmp_path)
+    real, raced = waiting.verified, []
+
+    def racing(store: SqliteStore, row: object) -> object:
+        if not raced:  # the other decision lands between this one's two reads, once
+            raced.append(True)
+            decide_run(run_id, "approve", why="first", call=call, model=None,
+                       store=tmp_path / "j.db")  # fmt: skip
+        return real(store, row)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(waiting, "verified", racing)
+    with pytest.raises(InvalidInputError, match="decided first by someone else"):
+        decide_run(run_id, "deny", why="late", call=call, model=None, store=tmp_path / "j.db")
+    assert [k[1] for k in events(tmp_path, run_id) if k[0] == "decided"] == ["approved"]

@@ -110,13 +110,29 @@ def load_waiting(store: Store, run_id: str) -> Waiting:
             f"run {run_id} is not waiting for a decision: it is {how}; only a run waiting in"
             " handoff (`fsm-agent runs --status waiting`) takes one, and nothing was journaled"
         )
-    spec, events, head = verified(store, row)
+    try:
+        spec, events, head = verified(store, row)
+    except InvalidInputError:
+        _decided_meanwhile(store, row)
+        raise
     if row.record_hash is None or events[-1].halt is None:
+        _decided_meanwhile(store, row)
         raise InvalidInputError(
             f"run {run_id}: its waiting record is not sealed onto its journal; nothing was"
             f" journaled (see `fsm-agent verify {run_id}`)"
         )
     return Waiting(row, spec, events, head)
+
+
+def _decided_meanwhile(store: Store, row: RunRow) -> None:
+    """The row, the events and the head are read apart: a decision another process took
+    meanwhile shows as events past the sealed head. Refuse as that, not as tampering."""
+    now = store.get_run(row.run_id)
+    if (now.status, now.record_hash) != (row.status, row.record_hash):
+        raise InvalidInputError(
+            f"run {row.run_id} was decided first by someone else (it is now {now.status});"
+            " this decision was not journaled"
+        ) from None
 
 
 def check_decision(waiting: Waiting, decision: PersonDecision) -> None:
