@@ -69,6 +69,7 @@ class PostgresStore(PostgresQueue, RunLookup, RunChains):
     """A journal in a PostgreSQL database (the tables of the DSN's search path)."""
 
     SELECT_CHAIN = "SELECT chain FROM runs WHERE run_id = %s"
+    REOPEN_RUN, APPEND_EVENT = REOPEN_RUN, APPEND_EVENT
     SELECT_RUNS_FOR_LIST = SELECT_RUNS
 
     def __init__(
@@ -193,13 +194,7 @@ class PostgresStore(PostgresQueue, RunLookup, RunChains):
         key, version = self._mode(run_id)
         base = self._base(run_id) if version >= 4 else None
         rows, head = codec.chained_batch(events, prev, key, version, base, self._error)
-        v3 = version >= 3
-        onto = (
-            run_id,
-            events[0].seq - 1,
-            None if v3 else prev,
-            bytes.fromhex(prev) if v3 else None,
-        )
+        onto = self._onto(run_id, events[0].seq - 1, prev, version)
         try:
             with self._tx(run_id, atomic=len(rows) > APPEND_ROWS_MAX) as conn:
                 if len(rows) <= APPEND_ROWS_MAX:
@@ -249,38 +244,11 @@ class PostgresStore(PostgresQueue, RunLookup, RunChains):
                 raise self._error("write failed: no such run in this journal", record.run_id)
         self._witnessed(record.run_id, head[1] or 0, head[0], seal)
 
-    def reopen_run(
-        self,
-        event: Event,
-        *,
-        seal: str,
-        pid: int | None,
-        host: str | None,
-        status: RunStatus = "running",
-    ) -> str | None:
-        """One transaction: the row's compare-and-set, then the event inserted onto the
-        sealed head (see `Store.reopen_run`)."""
-        run_id = event.run_id
-        self._heads.pop(run_id, None)
-        prev = self._head(run_id)
-        key, version = self._mode(run_id)
-        base = self._base(run_id) if version >= 4 else None
-        rows, head = codec.chained_batch((event,), prev, key, version, base, self._error)
+    def _onto(self, run_id: str, seq: int, prev: str, version: int) -> tuple[Any, ...]:
+        """What `APPEND_EVENT` inserts onto: the event before (seq) and the hash it holds,
+        as text before chain version 3, as bytes from it."""
         v3 = version >= 3
-        onto = (run_id, event.seq - 1, None if v3 else prev, bytes.fromhex(prev) if v3 else None)
-        params = {"run_id": run_id, "seal": seal, "head": prev, "pid": pid, "host": host,
-                  "status": status}  # fmt: skip
-        try:
-            with self._tx(run_id) as conn:
-                if conn.execute(REOPEN_RUN, params).rowcount != 1:
-                    raise codec.StaleHead
-                if conn.execute(APPEND_EVENT, (*rows[0], *onto)).rowcount != 1:
-                    raise codec.StaleHead
-        except codec.StaleHead:
-            return None
-        self._heads[run_id] = head
-        self._witnessed(run_id, event.seq, head)
-        return head
+        return (run_id, seq, None if v3 else prev, bytes.fromhex(prev) if v3 else None)
 
     def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
         with self._tx(run_id) as conn:

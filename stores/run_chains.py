@@ -6,11 +6,12 @@ committed head to (`fsm_agent.journal.witness`)."""
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from fsm_agent.errors import JournalError
 from fsm_agent.journal.chain_hash import ChainLink, chain_version
-from fsm_agent.journal.store import RunRow
+from fsm_agent.journal.store import Event, RunRow, RunStatus
 from fsm_agent.journal.witness import WITNESS_ENV, WitnessWriter, open_witness
 from fsm_agent.runtime.snapshot import Snapshot
 from fsm_agent.stores import codec
@@ -32,6 +33,10 @@ class RunChains:
 
     #: The store's query for a run's chain mode (one parameter: the run id).
     SELECT_CHAIN: str
+    #: The store's compare-and-set of a waiting run's row (`Store.reopen_run`), and its
+    #: insert of one event onto the run's head (the event's columns, then `_onto`'s).
+    REOPEN_RUN: str
+    APPEND_EVENT: str
     chain_key: bytes | None
 
     def _init_chains(self, witness: WitnessWriter | None = None) -> None:
@@ -49,6 +54,41 @@ class RunChains:
         def _tuples(self, sql: str, params: Any) -> list[tuple[Any, ...]]: ...
         def _first_row(self, run_id: str) -> Any: ...
         def chain(self, run_id: str) -> tuple[RunRow, list[ChainLink], str | None]: ...
+        def _head(self, run_id: str) -> str: ...
+        def _tx(self, run_id: str | None) -> AbstractContextManager[Any]: ...
+        def _onto(self, run_id: str, seq: int, prev: str, version: int) -> tuple[Any, ...]: ...
+
+    def reopen_run(
+        self,
+        event: Event,
+        *,
+        seal: str,
+        pid: int | None,
+        host: str | None,
+        status: RunStatus = "running",
+    ) -> str | None:
+        """One transaction: the row's compare-and-set on the record's seal and the sealed
+        head, then `event` inserted onto that head (see `Store.reopen_run`)."""
+        run_id = event.run_id
+        self._heads.pop(run_id, None)
+        prev = self._head(run_id)
+        key, version = self._mode(run_id)
+        base = self._base(run_id) if version >= 4 else None
+        rows, head = codec.chained_batch((event,), prev, key, version, base, self._error)
+        params = {"run_id": run_id, "seal": seal, "head": prev, "pid": pid, "host": host,
+                  "status": status}  # fmt: skip
+        onto = self._onto(run_id, event.seq - 1, prev, version)
+        try:
+            with self._tx(run_id) as conn:
+                if conn.execute(self.REOPEN_RUN, params).rowcount != 1:
+                    raise codec.StaleHead
+                if conn.execute(self.APPEND_EVENT, (*rows[0], *onto)).rowcount != 1:
+                    raise codec.StaleHead
+        except codec.StaleHead:
+            return None
+        self._heads[run_id] = head
+        self._witnessed(run_id, event.seq, head)
+        return head
 
     def _mode(self, run_id: str) -> tuple[bytes | None, int]:
         """The key the run's chain is made with, and its version (read once per run)."""

@@ -80,6 +80,7 @@ class SqliteStore(SqliteQueue, RunLookup, RunChains):
     only to read (nothing is created, migrated or written)."""
 
     SELECT_CHAIN = "SELECT chain FROM runs WHERE run_id = ?"
+    REOPEN_RUN, APPEND_EVENT = REOPEN_RUN, APPEND_EVENT
     SELECT_RUNS_FOR_LIST = SELECT_RUNS
 
     def __init__(
@@ -206,7 +207,7 @@ class SqliteStore(SqliteQueue, RunLookup, RunChains):
         key, version = self._mode(run_id)
         base = self._base(run_id) if version >= 4 else None
         rows, head = codec.chained_batch(events, prev, key, version, base, self._error)
-        onto = (run_id, events[0].seq - 1, bytes.fromhex(prev) if version >= 3 else prev)
+        onto = self._onto(run_id, events[0].seq - 1, prev, version)
         try:
             if len(rows) <= APPEND_ROWS_MAX:
                 params = [value for row in rows for value in row]
@@ -267,37 +268,9 @@ class SqliteStore(SqliteQueue, RunLookup, RunChains):
             _one_row(conn.execute(FINISH_RUN, codec.finish_params(record, seal, head)))
         self._witnessed(record.run_id, head[1] or 0, head[0], seal)
 
-    def reopen_run(
-        self,
-        event: Event,
-        *,
-        seal: str,
-        pid: int | None,
-        host: str | None,
-        status: RunStatus = "running",
-    ) -> str | None:
-        """One transaction under BEGIN IMMEDIATE: the row's compare-and-set, then the event
-        inserted onto the sealed head (see `Store.reopen_run`)."""
-        run_id = event.run_id
-        self._heads.pop(run_id, None)
-        prev = self._head(run_id)
-        key, version = self._mode(run_id)
-        base = self._base(run_id) if version >= 4 else None
-        rows, head = codec.chained_batch((event,), prev, key, version, base, self._error)
-        onto = (run_id, event.seq - 1, bytes.fromhex(prev) if version >= 3 else prev)
-        params = {"run_id": run_id, "seal": seal, "head": prev, "pid": pid, "host": host,
-                  "status": status}  # fmt: skip
-        try:
-            with self._tx(run_id) as conn:
-                if conn.execute(REOPEN_RUN, params).rowcount != 1:
-                    raise codec.StaleHead
-                if conn.execute(APPEND_EVENT, (*rows[0], *onto)).rowcount != 1:
-                    raise codec.StaleHead
-        except codec.StaleHead:
-            return None
-        self._heads[run_id] = head
-        self._witnessed(run_id, event.seq, head)
-        return head
+    def _onto(self, run_id: str, seq: int, prev: str, version: int) -> tuple[Any, ...]:
+        """What `APPEND_EVENT` inserts onto: the event before (seq) and the hash it holds."""
+        return (run_id, seq, bytes.fromhex(prev) if version >= 3 else prev)
 
     def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
         with self._tx(run_id) as conn:
