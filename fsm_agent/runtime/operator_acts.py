@@ -8,6 +8,7 @@ next model call (`fsm_agent.runtime.operator`).
 from __future__ import annotations
 
 import getpass
+import os
 from typing import Any
 
 from fsm_agent.errors import InvalidInputError
@@ -16,11 +17,20 @@ from fsm_agent.runtime.budgets import Budgets, check_budget
 from fsm_agent.runtime.journaling import now_iso
 
 
+def login_name() -> str:
+    """Who this process acts for: the login name (`uid N` where the system names none, as a
+    container's uid with no passwd entry)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
+
+
 def signature(who: str | None, why: str) -> tuple[str, str]:
     """Who acts (the login name by default) and when; refuses an act without a why."""
     if not why.strip():
         raise InvalidInputError("--why must say why")
-    return who or getpass.getuser(), now_iso()
+    return (who if who and who.strip() else login_name()), now_iso()
 
 
 def signed_control(

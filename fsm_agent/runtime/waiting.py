@@ -20,7 +20,6 @@ A wait is bounded by the declaration's `wait_limit_ms` (`expired_event`).
 from __future__ import annotations
 
 import datetime
-import getpass
 import os
 import socket
 from collections.abc import Sequence
@@ -38,6 +37,7 @@ from fsm_agent.runtime.budgets import tripped_meter
 from fsm_agent.runtime.context import RunContext
 from fsm_agent.runtime.decided import STARTED_BY, PersonDecision, decision_note, span
 from fsm_agent.runtime.journaling import now_iso
+from fsm_agent.runtime.operator_acts import signature
 from fsm_agent.runtime.proposals import ToolCall
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.resume import verified, waiting_for
@@ -57,16 +57,16 @@ def signed(
     answer without text, or text on an approval."""
     if act not in TRIGGER:
         raise InvalidInputError(f"unknown decision {act!r} (one of approve, deny, answer)")
-    if not isinstance(why, str) or not why.strip():
+    if not isinstance(why, str):
         raise InvalidInputError("--why must say why (it is journaled with the decision)")
+    who, at = signature(by, why)  # as every person's act is signed
     if act == "answer" and (not isinstance(text, str) or not text.strip()):
         raise InvalidInputError("an answer needs its text (--text …)")
     if act != "answer" and text is not None:
         raise InvalidInputError(f"{act} takes no --text (only an answer has one)")
     if text is not None and len(text) > MAX_ANSWER:
         raise InvalidInputError(f"the answer is {len(text)} characters; at most {MAX_ANSWER}")
-    who = by if by is not None and by.strip() else getpass.getuser()
-    return PersonDecision(act, who, why, now_iso(), text, call)  # type: ignore[arg-type]
+    return PersonDecision(act, who, why, at, text, call)  # type: ignore[arg-type]
 
 
 @attrs.frozen

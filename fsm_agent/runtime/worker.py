@@ -12,7 +12,6 @@ driver thread, the caller's thread supervising it (`fsm_agent.runtime.driver`): 
 
 from __future__ import annotations
 
-import getpass
 import os
 import signal
 import socket
@@ -52,6 +51,7 @@ from fsm_agent.runtime.interrupts import InterruptGate, raised_by_user_code
 from fsm_agent.runtime.journaling import now_iso
 from fsm_agent.runtime.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
 from fsm_agent.runtime.operator import OperatorControls, RoutingFrozen
+from fsm_agent.runtime.operator_acts import login_name
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.resume import Resumption, claim_run, load_resumable, restore_context
 from fsm_agent.runtime.snapshot import Snapshot, entering
@@ -248,11 +248,7 @@ def resume_run(
 
 def started_by() -> str:
     """`started by <login name>`: journaled where a policy needs the approver to differ."""
-    try:
-        who = getpass.getuser()
-    except (KeyError, OSError):  # no login name (a container's uid with no passwd entry)
-        who = f"uid {os.getuid()}"
-    return STARTED_BY + who
+    return STARTED_BY + login_name()
 
 
 class Worker(Resumption, OperatorControls):
