@@ -80,7 +80,7 @@ def bounds_of(
     from fsm_agent.runtime.budgets import make_budgets  # validates every override
 
     b = make_budgets(merged)
-    return Bounds(b.max_steps, b.max_retries, privileged_possible, "approved" in spec.decisions())
+    return Bounds(b.max_steps, b.max_retries, privileged_possible, spec.continues("approval"))
 
 
 def check_machine(

@@ -29,9 +29,14 @@ from fsm_agent.checking.model import (
     outcomes,
     repeat_refusals,
 )
-from fsm_agent.declaration.spec import BUDGET_TRIGGER, MachineSpec, TransitionSpec
+from fsm_agent.declaration.spec import (
+    BUDGET_TRIGGER,
+    DECISIONS_FOR,
+    MachineSpec,
+    TransitionSpec,
+)
 from fsm_agent.errors import InvalidInputError
-from fsm_agent.halt import BUDGET_EXHAUSTED, HANDOFF, HaltReason, terminal_state
+from fsm_agent.halt import AWAITS, BUDGET_EXHAUSTED, HANDOFF, HaltReason, terminal_state
 
 
 class TooLarge(InvalidInputError):
@@ -141,8 +146,7 @@ class _Decider:
         self.budget_edge = {t.source: t for t in spec.transitions if t.implicit}
         self.action = {s.name: s.action or "" for s in spec.states}
         #: what a waiting run's declaration continues it on: an approval, an answer
-        decisions = spec.decisions()
-        self.continues = {"approval": "approved" in decisions, "answer": "answered" in decisions}
+        self.continues = {kind: spec.continues(kind) for kind in DECISIONS_FOR}
         #: transition index -> its destination's spec (looked up once, not per step)
         self.dest = {t.index: spec.state(t.dest) for t in spec.transitions}
         #: (state, trigger) -> the built-in guards its candidates read: a decision depends
@@ -276,15 +280,13 @@ class _Search:
 
 #: What a run waits for at each halt a person's decision may continue, and the decisions
 #: that take it on (the rest of a wait's story: nobody decides, or the wait expires).
-_WAITS = {HaltReason.APPROVAL_REQUIRED: "approval", HaltReason.HANDOFF_REQUESTED: "answer"}
-_DECISIONS = {"approval": ("approved", "denied"), "answer": ("answered",)}
-_WAITED = {kind: reason for reason, kind in _WAITS.items()}
+_WAITED = {kind: reason for reason, kind in AWAITS.items()}
 
 
 def _waiting(after: Config, halt: Halt, d: _Decider) -> Node:
     """`halt`, or — where the declaration continues it on a person's decision — the run
     waiting in handoff for that decision (`fsm_agent.runtime.decisions`)."""
-    kind = _WAITS.get(halt.reason)
+    kind = AWAITS.get(halt.reason)
     if kind is None or not d.continues.get(kind):
         return halt
     return after._replace(state=HANDOFF, awaits=kind)
@@ -296,7 +298,7 @@ def _decided(c: Config, spec: MachineSpec, live: Liveness, d: _Decider) -> Itera
     assert c.awaits is not None  # noqa: S101 - only waiting runs are in handoff
     yield Step(c, "wait", c, None, (), Halt(HANDOFF, _WAITED[c.awaits], c.steps))
     yield Step(c, "wait", c, None, (), Halt(BUDGET_EXHAUSTED, HaltReason.WAIT_EXPIRED, c.steps))
-    for trigger in _DECISIONS[c.awaits]:
+    for trigger in DECISIONS_FOR[c.awaits]:
         after = c._replace(awaits=None, approved=trigger == "approved")
         for chosen, log, later in d.decide(after, trigger):
             if chosen is None:  # no edge takes it: the decision is refused, the run waits
@@ -339,7 +341,11 @@ def _successors(c: Config, spec: MachineSpec, live: Liveness, d: _Decider) -> It
     for trigger, after in outcomes(c, action, live, d.bounds):
         for chosen, log, later in d.decide(after, trigger):
             certain = None if chosen is None else contract_refusal(after, chosen, spec)
-            possible = () if chosen is None or certain else repeat_refusals(after, chosen, spec)
+            possible = (
+                ()
+                if chosen is None or certain
+                else repeat_refusals(after, chosen, spec, asks=d.continues["approval"])
+            )
             for rule, reason in (certain,) if certain else possible:
                 assert chosen is not None  # noqa: S101 - refusals are of a chosen edge
                 halt = _waiting(after, Halt(terminal_state(reason), reason, after.steps), d)

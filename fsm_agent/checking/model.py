@@ -183,18 +183,18 @@ def contract_refusal(
 
 
 def repeat_refusals(
-    c: Config, t: TransitionSpec, spec: MachineSpec
+    c: Config, t: TransitionSpec, spec: MachineSpec, *, asks: bool
 ) -> tuple[tuple[str, HaltReason], ...]:
     """The refusals of the contract's call-identity rules that may also stop the decision
     that chose `t` on `c` (configurations do not keep which calls were made, so these are
     possibilities): a proposed call may repeat an earlier one that took effect (once any
-    call may have been made) or one whose outcome is unknown (while a call is pending)."""
+    call may have been made; with `asks`, where the declaration continues approvals, the
+    repeat waits for one) or one whose outcome is unknown (while a call is pending)."""
     if spec.state(t.dest).action != "tool" or c.kind != "tool_call":
         return ()
     out: tuple[tuple[str, HaltReason], ...] = ()
     may_repeat = c.steps > 1 or c.pending or c.evidence or c.tool is not None
     if may_repeat and not c.approved:  # an approved call runs, a repeat or not
-        asks = "approved" in spec.decisions()  # a repeat then waits for a person's approval
         out += (
             ("runtime:approval", HaltReason.APPROVAL_REQUIRED)
             if asks

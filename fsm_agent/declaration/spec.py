@@ -38,6 +38,12 @@ BUDGET_TRIGGER = "budget"
 #: A person's decisions on a run waiting in `handoff`: the only triggers out of it
 #: (`fsm_agent.runtime.decisions`).
 DECISION_TRIGGERS: tuple[str, str, str] = ("approved", "denied", "answered")
+#: What a waiting run waits for -> the decisions that continue it; the first is the edge a
+#: declaration needs out of handoff for such a stop to wait at all.
+DECISIONS_FOR: Mapping[str, tuple[str, ...]] = {
+    "approval": ("approved", "denied"),
+    "answer": ("answered",),
+}
 #: How long a run may wait for a decision when its declaration does not say (24 hours).
 DEFAULT_WAIT_MS = 86_400_000
 
@@ -119,6 +125,11 @@ class MachineSpec:
     def decisions(self) -> frozenset[str]:
         """The person's decisions this declaration continues a waiting run on."""
         return frozenset(t.trigger for t in self.transitions if t.source == "handoff")
+
+    def continues(self, kind: str) -> bool:
+        """Whether a stop that waits for a person's `kind` (`approval`, `answer`) waits at
+        all: the declaration has the edge out of handoff that continues it."""
+        return DECISIONS_FOR[kind][0] in self.decisions()
 
     def candidates(self, source: str, trigger: str) -> tuple[TransitionSpec, ...]:
         return tuple(t for t in self.transitions if t.source == source and t.trigger == trigger)

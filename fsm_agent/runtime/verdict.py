@@ -229,8 +229,7 @@ def waits_for(spec: MachineSpec, reason: HaltReason) -> str | None:
     declaration continues it on a person's decision (an `approved` edge out of handoff for
     an approval, `answered` for an answer); None when the stop is final."""
     kind = AWAITS.get(reason)
-    need = {"approval": "approved", "answer": "answered"}.get(kind or "")
-    return kind if need is not None and need in spec.decisions() else None
+    return kind if kind is not None and spec.continues(kind) else None
 
 
 def later(iso: str, ms: int) -> str:

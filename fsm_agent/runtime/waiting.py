@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import attrs
@@ -271,11 +270,6 @@ def _note(decision: PersonDecision) -> str:
     verb = {"approve": "approved", "deny": "denied", "answer": "answered"}[decision.act]
     said = f": {decision.text}" if decision.text is not None else ""
     return f"{verb} by {decision.by}{said} (why: {decision.why})"
-
-
-def waits(events: Sequence[Event]) -> int:
-    """How many decisions (and expiries) a run's journal holds."""
-    return sum(e.kind == "decided" for e in events)
 
 
 def _reason(row: RunRow) -> str:

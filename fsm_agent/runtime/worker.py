@@ -152,7 +152,7 @@ def run(
                 for t in registry
                 if t.approval or (t.privileged and plane.privileged_approval != "none")
             ),
-            repeat_asks="approved" in spec.decisions(),
+            repeat_asks=spec.continues("approval"),
             repair_voter=repair,
             judge=judge,
             secrets=secrets,
