@@ -453,3 +453,19 @@ def test_a_decision_taken_while_another_reads_the_run_is_named_as_such(
     with pytest.raises(InvalidInputError, match="decided first by someone else"):
         decide_run(run_id, "deny", why="late", call=call, model=None, store=tmp_path / "j.db")
     assert [k[1] for k in events(tmp_path, run_id) if k[0] == "decided"] == ["approved"]
+
+
+def test_a_denial_into_a_spent_step_budget_halts_at_once(tmp_path: Path) -> None:
+    """The budget check on entering the decision's dest: a denial sends the run back to the
+    model, and with its one step spent before the wait it ends max_steps right there."""
+    machine = _variant(tmp_path, "max_steps: 8 ", "max_steps: 1 ")
+    run_id, call = start(tmp_path, machine)
+    denied = cli(tmp_path, "deny", run_id, "--call", call, "--why", "no", *MODEL, *TOOLS,
+                 "--db", "j.db")  # fmt: skip
+    assert denied.returncode == 3, denied.stdout + denied.stderr
+    record = read_record(tmp_path / "halt-contract.json")
+    assert record.halt_reason is HaltReason.MAX_STEPS
+    assert record.steps_used == 1
+    kinds = events(tmp_path, run_id)
+    assert kinds[-2:] == [("decided", "denied", None), ("transition", "budget", "max_steps")]
+    proven(tmp_path, run_id, "max_steps")

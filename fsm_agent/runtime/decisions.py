@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fsm_agent.adapters.models import ModelAdapter
-from fsm_agent.declaration.machine import compile_machine
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal.store import Event, RunRow, Store
 from fsm_agent.outputs import check_run_outputs
@@ -94,17 +93,14 @@ def decide_run(
                 f" written), and the decision to {act} was not journaled"
             )
         apply_decision(ctx, waiting, decision)
-        event, after = decided_event(waiting, ctx, decision)
-        drives = model is not None or after is not None
+        event, trip = decided_event(waiting, ctx, decision)
+        drives = model is not None or trip is not None
         head = reopen(opened, waiting, event, "running" if drives else "paused")
         if not drives:
             return None
         worker.take_over(waiting.row, [*waiting.events, event], head)
         worker.claimed = worker.decided = True
-        if after is not None:
-            trip = compile_machine(waiting.spec).check_budget(event.dest, after)
-            assert trip.transition is not None  # noqa: S101 - decided_event saw it trip
-            worker.entry_trip = (trip.transition, after, trip.guards)
+        worker.entry_trip = trip
         return worker.execute()
     finally:
         if owned:

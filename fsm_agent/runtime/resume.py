@@ -35,7 +35,6 @@ from fsm_agent.runtime.actions import (
     proposal_note,
     receipts_note,
 )
-from fsm_agent.runtime.budgets import tripped_meter
 from fsm_agent.runtime.context import Clock, RunContext
 from fsm_agent.runtime.contract import may_reissue
 from fsm_agent.runtime.decided import decision_note, decision_of
@@ -45,6 +44,9 @@ from fsm_agent.runtime.snapshot import SUCCESS_RULES, Snapshot
 from fsm_agent.runtime.tools import ToolRegistry, check_tools
 
 Liveness = Literal["live", "gone", "elsewhere"]
+#: A budget edge that tripped on entering a state: the edge, the snapshot it tripped on, and
+#: its guard results.
+EntryTrip = tuple[TransitionSpec, Snapshot, tuple[GuardResult, ...]]
 
 
 def liveness(run: RunRow) -> Liveness:
@@ -358,10 +360,6 @@ def unknown_side_effect(spec: MachineSpec, ctx: RunContext, state: str) -> str |
     return None
 
 
-def _meter(snap: Snapshot) -> HaltReason | None:
-    return tripped_meter(snap.budgets, snap.meters, next_action=snap.next_action)
-
-
 class Resumption(Halting):
     """The worker's side of resume: take a journaled run over (mixed into the worker)."""
 
@@ -376,7 +374,7 @@ class Resumption(Halting):
     #: over (`fsm_agent.runtime.decisions`); with the budget edge that tripped entering its
     #: dest, and the snapshot it tripped on
     decided: bool = False
-    entry_trip: tuple[TransitionSpec, Snapshot, tuple[GuardResult, ...]] | None = None
+    entry_trip: EntryTrip | None = None
     #: the journal's last event when this worker took the run over, and whether the run
     #: was paused then (no process owned it)
     taken: Event
@@ -387,6 +385,9 @@ class Resumption(Halting):
         def _catch_up_routing(self, upto: int | None = None) -> None: ...
 
         def _check_lanes(self) -> None: ...
+
+        @staticmethod
+        def _meter(snap: Snapshot) -> HaltReason | None: ...
 
     def take_over(self, run: RunRow, events: Sequence[Event], head: str) -> None:
         """Continue `run` from its last committed event instead of starting a new run."""
@@ -414,7 +415,7 @@ class Resumption(Halting):
             self._check_lanes()
             if self.entry_trip is not None:
                 edge, after, guards = self.entry_trip
-                self._halt_on(edge, after, guards, None, _meter(after))
+                self._halt_on(edge, after, guards, None, self._meter(after))
             return
         action = self.spec.state(self.state).action
         snap = self.ctx.snapshot(self.state, None, action)

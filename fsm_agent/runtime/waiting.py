@@ -39,7 +39,7 @@ from fsm_agent.runtime.journaling import now_iso
 from fsm_agent.runtime.operator_acts import signature
 from fsm_agent.runtime.proposals import ToolCall
 from fsm_agent.runtime.record import HaltRecord
-from fsm_agent.runtime.resume import verified, waiting_for
+from fsm_agent.runtime.resume import EntryTrip, verified, waiting_for
 from fsm_agent.runtime.snapshot import Snapshot, entering
 
 #: each act -> the trigger it fires out of `handoff`, and what the run must wait for
@@ -188,9 +188,10 @@ def apply_decision(ctx: RunContext, waiting: Waiting, decision: PersonDecision) 
 
 def decided_event(
     waiting: Waiting, ctx: RunContext, decision: PersonDecision
-) -> tuple[Event, Snapshot | None]:
+) -> tuple[Event, EntryTrip | None]:
     """The `decided` event (not yet journaled), decided on the declared edges out of
-    `handoff`, and the snapshot a budget tripped on entering its dest (None: none did).
+    `handoff`, and the budget edge that tripped entering its dest with the snapshot it
+    tripped on and its guards (None: none did).
     Refuses a decision no declared edge takes, or one the runtime's contract refuses."""
     compiled: CompiledMachine = compile_machine(waiting.spec)
     trigger = TRIGGER[decision.act]
@@ -227,7 +228,8 @@ def decided_event(
         facts=_facts(waiting, decision),
         note=_note(decision),
     )
-    return event, after if check.transition is not None else None
+    tripped = check.transition
+    return event, None if after is None or tripped is None else (tripped, after, check.guards)
 
 
 def reopen(
