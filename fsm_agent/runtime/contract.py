@@ -111,31 +111,32 @@ def tool_refusal(s: Snapshot) -> Refusal | None:
                     f" ({pending.describe()}); {p.name} is not declared idempotent, so it is"
                     " not re-issued: check the earlier call by hand",
                 )
-    digest = call_sha256(p.name, dict(p.args))
-    if p.name not in s.repeatable and s.approved != digest:  # a person may approve a repeat
+    # the call's digest only where an approval is in play (a run's every decision asks)
+    approved = s.approved is not None and s.approved == call_sha256(p.name, dict(p.args))
+    if p.name not in s.repeatable and not approved:  # a person may approve a repeat
         for done in s.effects:
             if done.name == p.name and done.args == p.args:
                 return _repeat(
-                    s, digest, f"{call} was proposed again after the same call already took"
+                    s, p, f"{call} was proposed again after the same call already took"
                     f" effect ({done.describe()}); {p.name} is not declared repeatable or"
                     " idempotent",
                 )  # fmt: skip
         if s.effects_omitted:  # older calls are only counted: a repeat cannot be ruled out
             return _repeat(
-                s, digest, f"{call} may repeat one of {s.effects_omitted} earlier receipted"
+                s, p, f"{call} may repeat one of {s.effects_omitted} earlier receipted"
                 " calls no longer named in the snapshot",
             )  # fmt: skip
-    if p.name in s.approval and s.approved != digest:
+    if p.name in s.approval and not approved:
         return Refusal(
             "approval",
             HaltReason.APPROVAL_REQUIRED,
             f"{call} needs a person's approval before it runs; nothing was run (call"
-            f" sha256 {digest})",
+            f" sha256 {call_sha256(p.name, dict(p.args))})",
         )
     return None
 
 
-def _repeat(s: Snapshot, digest: str, why: str) -> Refusal:
+def _repeat(s: Snapshot, p: ToolCall, why: str) -> Refusal:
     """A repeat of a call that took effect: refused, or — where the declaration continues
     an approval — stopped for a person to approve that repeat."""
     if s.repeat_asks:
@@ -143,7 +144,7 @@ def _repeat(s: Snapshot, digest: str, why: str) -> Refusal:
             "approval",
             HaltReason.APPROVAL_REQUIRED,
             f"{why}, so it is made again only if a person approves; nothing was run (call"
-            f" sha256 {digest})",
+            f" sha256 {call_sha256(p.name, dict(p.args))})",
         )
     return Refusal("repeat", HaltReason.REPEAT_REFUSED, f"{why}, so it is not made twice")
 
