@@ -21,7 +21,7 @@ from fsm_agent.review.step_report import GuardCheck, StepReport, Verdict, matche
 from fsm_agent.runtime.budgets import tripped_meter
 from fsm_agent.runtime.contract import CONTRACT_SINCE, tool_refusal
 from fsm_agent.runtime.contract import PREFIX as CONTRACT_PREFIX
-from fsm_agent.runtime.decided import waited_on
+from fsm_agent.runtime.decided import wait_over, waited_on
 from fsm_agent.runtime.lanes import CONTROL_KEYS, halt_lane_refusal
 from fsm_agent.runtime.proposals import Proposal, Rejection, ToolCall, parse_reply
 from fsm_agent.runtime.snapshot import Snapshot, call_sha256
@@ -366,7 +366,7 @@ def _redecide_decision(r: Replayer, event: Event, snap: Snapshot) -> StepReport:
     and an expiry must come after the wait's limit."""
     frozen, until = waited_on(event)
     if event.halt is HaltReason.WAIT_EXPIRED:
-        late = until is not None and event.wall_time > until
+        late = wait_over(event.wall_time, until)
         return StepReport(
             **step_base(event, snap),
             verdict="external" if late else "diverged",

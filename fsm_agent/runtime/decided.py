@@ -5,6 +5,7 @@ reads of events, shared by the runtime (`fsm_agent.runtime.decisions`) and revie
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Literal
 
 import attrs
@@ -79,6 +80,13 @@ def waited_on(event: Event) -> tuple[str | None, str | None]:
         return None, None
     sha, until = packet.get("call_sha256"), packet.get("wait_until")
     return (sha if isinstance(sha, str) else None), (until if isinstance(until, str) else None)
+
+
+def wait_over(now: str, until: str | None) -> bool:
+    """Whether a wait that lasts `until` (ISO time, None: no limit known) is over at `now`."""
+    if until is None:
+        return False
+    return datetime.datetime.fromisoformat(now) > datetime.datetime.fromisoformat(until)
 
 
 def span(ms: int) -> str:

@@ -34,7 +34,7 @@ from fsm_agent.journal import serde
 from fsm_agent.journal.store import Event, Facts, RunRow, Store
 from fsm_agent.runtime.budgets import tripped_meter
 from fsm_agent.runtime.context import RunContext
-from fsm_agent.runtime.decided import STARTED_BY, PersonDecision, decision_note, span
+from fsm_agent.runtime.decided import STARTED_BY, PersonDecision, decision_note, span, wait_over
 from fsm_agent.runtime.journaling import now_iso
 from fsm_agent.runtime.operator_acts import signature
 from fsm_agent.runtime.proposals import ToolCall
@@ -90,8 +90,7 @@ class Waiting:
     def expired(self, now: str) -> bool:
         """Whether the wait has run past the declaration's limit at `now`."""
         packet = self.record.handoff
-        until = None if packet is None else packet.wait_until
-        return until is not None and _moment(now) > _moment(until)
+        return wait_over(now, None if packet is None else packet.wait_until)
 
     def waited(self, now: str) -> str:
         """How long the run has waited at `now`, as people read it (`2h 5m`)."""
