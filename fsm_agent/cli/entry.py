@@ -20,7 +20,9 @@ run's own handler, if a run has started meanwhile).
 
 What no program can answer: a signal in the interpreter's own start, before the first line
 of this package runs (~10 ms), gets Python's default (killed by the signal; or, for SIGINT,
-a `KeyboardInterrupt` traceback from Python's start-up code).
+a `KeyboardInterrupt` traceback from Python's start-up code, or one Python itself ignores in
+a callback of its import system, "Exception ignored in …", so the command runs on as if
+never signalled).
 """
 
 from __future__ import annotations
