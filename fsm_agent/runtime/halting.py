@@ -13,7 +13,7 @@ from fsm_agent.declaration.spec import MachineSpec, TransitionSpec
 from fsm_agent.halt import HaltReason, terminal_state
 from fsm_agent.journal.store import Facts, GuardResult
 from fsm_agent.runtime.context import RunContext
-from fsm_agent.runtime.journaling import Journaling, now_iso
+from fsm_agent.runtime.journaling import Journaling
 from fsm_agent.runtime.record import HaltRecord, write_record
 from fsm_agent.runtime.snapshot import Snapshot
 from fsm_agent.runtime.trace import next_hash, ship_trace
@@ -149,7 +149,7 @@ class Halting(Journaling):
             signum,
             run_id=self.run_id,
             started_at=self.started_at,
-            ended_at=now_iso(),
+            ended_at=self.wall(),
             journal=self.store.location,
             journal_head=head or self.head,
             edge=self.edge,

@@ -79,6 +79,8 @@ class Journaling:
     #: transitions built but not committed yet (`deferrable`); the run's position (`seq`,
     #: `state`) already counts them, its `head` does not
     pending: list[Event]
+    #: the wall time journaled with each event (a durable workflow gives its own, replayable)
+    wall: Callable[[], str] = staticmethod(now_iso)
 
     def _event(
         self,
@@ -100,7 +102,7 @@ class Journaling:
             seq=self.seq + 1,
             kind=kind,
             at_ms=snapshot.clock_ms,
-            wall_time=now_iso(),
+            wall_time=self.wall(),
             source=self.state,
             dest=dest,
             trigger=trigger,

@@ -48,7 +48,6 @@ from fsm_agent.runtime.deadline import error_text
 from fsm_agent.runtime.decided import STARTED_BY
 from fsm_agent.runtime.driver import supervise
 from fsm_agent.runtime.interrupts import InterruptGate, raised_by_user_code
-from fsm_agent.runtime.journaling import now_iso
 from fsm_agent.runtime.lanes import CONTROL_KEYS, LOCAL, ControlPlane, Lane, halt_lane_refusal
 from fsm_agent.runtime.operator import OperatorControls, RoutingFrozen
 from fsm_agent.runtime.operator_acts import login_name
@@ -111,52 +110,14 @@ def run(
     lists no tools, is the run's whole allow-list (without it, no tool may run, and
     registering tools for such a run is an `InvalidInputError` before it starts).
     """
-    spec = load_machine(machine) if isinstance(machine, str) else machine
-    if not isinstance(task, str) or not task.strip():
-        raise InvalidInputError("task must be a non-empty string")
-    refuse_unencodable("the task", task)
-    secrets = run_secrets(secret_env, model)
     check_run_outputs(store, record_path, trace_copy)  # before the run: never the journal
-    rid = uuid.uuid4().hex[:12] if run_id is None else check_run_id(run_id, where="run_id")
-    frozen = make_budgets(spec.budgets, budgets)
-    declared_policy = spec.policy_path()
-    if control is None and declared_policy is not None:
-        from fsm_agent.declaration.policy import load_policy
-
-        control = load_policy(declared_policy).control_plane_for_runtime()
-    if thrash_limit is not None and (isinstance(thrash_limit, bool) or thrash_limit < 0):
-        raise InvalidInputError(f"thrash_limit must be >= 0 (0 = off), got {thrash_limit!r}")
-    registry = tools if tools is not None else ToolRegistry()
-    allowlist = allow_list(spec.tools, registry.names(), allow)
-    check_tools(registry, allowlist)  # an annotation no schema can be made of: before the run
-    plane = control or ControlPlane()
+    ctx, rid = new_context(
+        machine, task=task, model=model, tools=tools, budgets=budgets, halt_lane=halt_lane,
+        control=control, thrash_limit=thrash_limit, clock=clock, run_id=run_id, repair=repair,
+        judge=judge, secret_env=secret_env, allow=allow,
+    )  # fmt: skip
     opened, owned = open_store(store)
     try:
-        ctx = RunContext(
-            spec=spec,
-            task=secrets.text(task),
-            budgets=frozen,
-            model=model,
-            tools=registry,
-            allowlist=allowlist,
-            halt_lane=halt_lane,
-            control=plane,
-            thrash_limit=spec.thrash_limit if thrash_limit is None else thrash_limit,
-            clock=clock,
-            start=clock(),
-            privileged=tuple(t.name for t in registry if t.privileged),
-            idempotent=tuple(t.name for t in registry if t.idempotent),
-            repeatable=tuple(t.name for t in registry if t.repeatable or t.idempotent),
-            approval=tuple(
-                t.name
-                for t in registry
-                if t.approval or (t.privileged and plane.privileged_approval != "none")
-            ),
-            repeat_asks=spec.continues("approval"),
-            repair_voter=repair,
-            judge=judge,
-            secrets=secrets,
-        )
         worker = Worker(
             ctx,
             opened,
@@ -170,6 +131,71 @@ def run(
     finally:
         if owned:
             opened.close()
+
+
+def new_context(
+    machine: MachineSpec | str,
+    *,
+    task: str,
+    model: ModelAdapter,
+    tools: ToolRegistry | None = None,
+    budgets: Mapping[str, int | float | None] | None = None,
+    halt_lane: Lane = LOCAL,
+    control: ControlPlane | None = None,
+    thrash_limit: int | None = None,
+    clock: Clock = time.monotonic,
+    run_id: str | None = None,
+    repair: Callable[[Any], Any] | None = None,
+    judge: Callable[[Snapshot], Any] | None = None,
+    secret_env: Sequence[str] = (),
+    allow: Sequence[str] | None = None,
+) -> tuple[RunContext, str]:
+    """A new run's context and id, every input checked (`InvalidInputError` before anything
+    runs): what `run` starts, and what a durable workflow starts (`fsm_agent.temporal`)."""
+    spec = load_machine(machine) if isinstance(machine, str) else machine
+    if not isinstance(task, str) or not task.strip():
+        raise InvalidInputError("task must be a non-empty string")
+    refuse_unencodable("the task", task)
+    secrets = run_secrets(secret_env, model)
+    rid = uuid.uuid4().hex[:12] if run_id is None else check_run_id(run_id, where="run_id")
+    frozen = make_budgets(spec.budgets, budgets)
+    declared_policy = spec.policy_path()
+    if control is None and declared_policy is not None:
+        from fsm_agent.declaration.policy import load_policy
+
+        control = load_policy(declared_policy).control_plane_for_runtime()
+    if thrash_limit is not None and (isinstance(thrash_limit, bool) or thrash_limit < 0):
+        raise InvalidInputError(f"thrash_limit must be >= 0 (0 = off), got {thrash_limit!r}")
+    registry = tools if tools is not None else ToolRegistry()
+    allowlist = allow_list(spec.tools, registry.names(), allow)
+    check_tools(registry, allowlist)  # an annotation no schema can be made of: before the run
+    plane = control or ControlPlane()
+    ctx = RunContext(
+        spec=spec,
+        task=secrets.text(task),
+        budgets=frozen,
+        model=model,
+        tools=registry,
+        allowlist=allowlist,
+        halt_lane=halt_lane,
+        control=plane,
+        thrash_limit=spec.thrash_limit if thrash_limit is None else thrash_limit,
+        clock=clock,
+        start=clock(),
+        privileged=tuple(t.name for t in registry if t.privileged),
+        idempotent=tuple(t.name for t in registry if t.idempotent),
+        repeatable=tuple(t.name for t in registry if t.repeatable or t.idempotent),
+        approval=tuple(
+            t.name
+            for t in registry
+            if t.approval or (t.privileged and plane.privileged_approval != "none")
+        ),
+        repeat_asks=spec.continues("approval"),
+        repair_voter=repair,
+        judge=judge,
+        secrets=secrets,
+    )
+    return ctx, rid
 
 
 async def arun(machine: MachineSpec | str, **kwargs: Any) -> HaltRecord:
@@ -271,7 +297,7 @@ class Worker(Resumption, OperatorControls):
         self.gate = InterruptGate()
         self.state = ctx.spec.initial
         self.seq = 0
-        self.started_at = now_iso()
+        self.started_at = self.wall()
         self.record: HaltRecord | None = None
         self.journaled = False  # True once the run's first event is committed
         self.head: str | None = None  # the run's head hash in the journal
@@ -288,45 +314,61 @@ class Worker(Resumption, OperatorControls):
     def execute(self) -> HaltRecord:
         with self.gate.installed(self.handle_signals):
             try:
-                supervise(self.flushed(self._loop()), self.gate, clock=self.ctx.clock)
-            except RunPaused:
-                self.store.mark_run(self.run_id, "paused", None, None)
-                raise
-            except RunAbandoned:  # not ours any more: nothing is written, not even a record
-                raise
-            except Interrupted as exc:
-                if self.gate.taken_over:  # its callback still runs on the fenced driver
-                    self.on_transition = None
-                self._force(HaltReason.INTERRUPTED, "signal", str(exc), signum=exc.signum)
-            except JournalError as exc:
-                self._flush_if_possible()
-                committed = (
-                    f"the journal holds this run up to seq {self.seq}"
-                    if self.journaled
-                    else "nothing of this run reached the journal"
-                )
-                unwritten = self._write_file_only(f"journal write failed: {exc}; {committed}")
-                if unwritten is not None:  # no record file says so: the error must
-                    exc.args = (f"{exc}; and {unwritten}",)
-                raise
-            except ContractRefused as exc:
-                self._force(HaltReason(exc.reason), "refused", str(exc))
-            except HaltPathRefused as exc:
-                self._force(HaltReason.HALT_PATH_REFUSED, "refused", str(exc))
-            except RoutingFrozen as exc:
-                self._force(HaltReason.ROUTING_FROZEN, "routing_frozen", str(exc))
-            except Exception as exc:
-                self._force(HaltReason.INTERNAL_ERROR, "error", f"{type(exc).__name__}: {exc}")
-            except BaseException as exc:  # sys.exit, KeyboardInterrupt … from user code
-                if not raised_by_user_code(exc):  # a real Ctrl-C, for a caller that handles it
-                    why = "interrupted by signal 2 (KeyboardInterrupt, left to the caller)"
-                    self._force(HaltReason.INTERRUPTED, "signal", why, signum=int(signal.SIGINT))
-                    raise
-                self._force(
-                    HaltReason.INTERNAL_ERROR, "error", f"{error_text(exc)} (raised by user code)"
-                )
-        assert self.record is not None  # noqa: S101 - every path above sets it
+                supervise(self.script(), self.gate, clock=self.ctx.clock)
+            except BaseException as exc:
+                self.conclude(exc)
+        assert self.record is not None  # noqa: S101 - every path of conclude sets it
         return self.record
+
+    def script(self) -> Steps[None]:
+        """The run's whole loop as a script (`fsm_agent.runtime.driver`), the events that
+        wait committed before each call it yields: whoever drives it (this process's
+        supervisor, a durable workflow) makes the calls and hands `conclude` what it raised."""
+        return self.flushed(self._loop())
+
+    def conclude(self, exc: BaseException) -> None:
+        """What the script raised, turned into the run's one named halt (journaled, the
+        record written); re-raised where the caller must see it (a pause, a run not ours
+        any more, a journal that failed, a real Ctrl-C)."""
+        if isinstance(exc, RunPaused):
+            self.store.mark_run(self.run_id, "paused", None, None)
+            raise exc
+        if isinstance(exc, RunAbandoned):  # not ours any more: nothing is written, not a record
+            raise exc
+        if isinstance(exc, Interrupted):
+            if self.gate.taken_over:  # its callback still runs on the fenced driver
+                self.on_transition = None
+            self._force(HaltReason.INTERRUPTED, "signal", str(exc), signum=exc.signum)
+        elif isinstance(exc, JournalError):
+            self._journal_failed(exc)
+            raise exc
+        elif isinstance(exc, ContractRefused):
+            self._force(HaltReason(exc.reason), "refused", str(exc))
+        elif isinstance(exc, HaltPathRefused):
+            self._force(HaltReason.HALT_PATH_REFUSED, "refused", str(exc))
+        elif isinstance(exc, RoutingFrozen):
+            self._force(HaltReason.ROUTING_FROZEN, "routing_frozen", str(exc))
+        elif isinstance(exc, Exception):
+            self._force(HaltReason.INTERNAL_ERROR, "error", f"{type(exc).__name__}: {exc}")
+        elif not raised_by_user_code(exc):  # a real Ctrl-C, for a caller that handles it
+            why = "interrupted by signal 2 (KeyboardInterrupt, left to the caller)"
+            self._force(HaltReason.INTERRUPTED, "signal", why, signum=int(signal.SIGINT))
+            raise exc
+        else:  # sys.exit, KeyboardInterrupt … from user code
+            self._force(
+                HaltReason.INTERNAL_ERROR, "error", f"{error_text(exc)} (raised by user code)"
+            )
+
+    def _journal_failed(self, exc: JournalError) -> None:
+        self._flush_if_possible()
+        committed = (
+            f"the journal holds this run up to seq {self.seq}"
+            if self.journaled
+            else "nothing of this run reached the journal"
+        )
+        unwritten = self._write_file_only(f"journal write failed: {exc}; {committed}")
+        if unwritten is not None:  # no record file says so: the error must
+            exc.args = (f"{exc}; and {unwritten}",)
 
     # --- the loop -------------------------------------------------------------------------
 
