@@ -41,6 +41,14 @@ from fsm_agent.queue.submission import submit as submit_job
 from fsm_agent.redaction import env_secrets, run_secrets
 from fsm_agent.run_ids import check_run_id, shown_run_id
 
+temporal_option = click.option(
+    "--temporal",
+    metavar="ADDRESS",
+    help="A Temporal server (host:port) to run on, instead of the journal's own queue;"
+    " `dev`: a local development server (the worker starts one on 127.0.0.1:7233)."
+    " Needs pip install 'fsm-agent[temporal]'.",
+)
+
 
 @cli.command()
 @click.argument("machine")
@@ -60,6 +68,7 @@ from fsm_agent.run_ids import check_run_id, shown_run_id
     " [redacted:NAME] from the task before it is queued (give it to the worker too, for"
     " what the run gets back). Repeatable.",
 )
+@temporal_option
 @db_option
 @json_option
 @cli_errors
@@ -69,17 +78,25 @@ def submit(
     budgets: dict[str, int | float | None],
     run_id: str | None,
     secret_env: tuple[str, ...],
+    temporal: str | None,
     db: str,
     as_json: bool,
 ) -> None:
     """Queue a run of MACHINE (a declared name or a .yaml path) for a worker; print its id.
 
     The declaration and the budgets (its defaults with these overrides) are checked and
-    frozen now; `fsm-agent worker` runs it.
+    frozen now; `fsm-agent worker` runs it. With --temporal, the run starts as a Temporal
+    workflow, served by `fsm-agent worker --temporal` (same --db).
     """
     if run_id is not None:
         check_run_id(run_id, where="--run-id")  # before the journal is opened
     env_secrets(secret_env)  # unset or too short: `Error: …`, exit 2, before the journal
+    if temporal is not None:
+        from fsm_agent.cli.temporal import submit_run
+
+        rid = submit_run(temporal, db, machine, task, budgets, run_id, secret_env)
+        say_result(as_json, {"run_id": rid, "machine": machine, "temporal": temporal}, rid)
+        return
     with journal_store(db) as store:
         job = submit_job(store, machine, task, budgets, run_id=run_id, secret_env=secret_env)
     data = {"run_id": job.run_id, "machine": job.machine, "status": job.status,
@@ -130,6 +147,7 @@ def submit(
     "--max-jobs", type=click.IntRange(min=1), help="Exit after taking N jobs (batch, tests)."
 )
 @click.option("--idle-exit", is_flag=True, help="Exit when no job is queued or leased.")
+@temporal_option
 @otel_options
 @cli_errors
 def worker(
@@ -143,6 +161,7 @@ def worker(
     records_dir: str,
     max_jobs: int | None,
     idle_exit: bool,
+    temporal: str | None,
     otel: bool,
     otel_content: bool,
     secret_env: tuple[str, ...],
@@ -153,12 +172,23 @@ def worker(
     resume rules. SIGTERM or SIGINT: take no more runs, pause those in flight and give them
     back to the queue within --drain-s; exit 0, or 128+N if some were still in flight.
     With --otel, every run's steps are sent as OpenTelemetry spans as they are journaled.
+    With --temporal, serve runs started by `fsm-agent submit --temporal` instead (the
+    journal is still --db; --concurrency bounds the calls at once, --drain-s how long
+    those in flight get at a stop; the queue's other options do not apply).
     """
     from fsm_agent.queue.worker import QueueWorker
     from fsm_agent.runtime.tools import load_tools
 
     refuse_overlaps(db, {"--records": records_dir})
     load_tools(tools_module, here())  # a bad module is `Error: …` (exit 2) before any lease
+    if temporal is not None:
+        if max_jobs is not None or idle_exit or otel:
+            raise InvalidInputError("--max-jobs, --idle-exit and --otel are not for --temporal")
+        from fsm_agent.cli.temporal import serve_runs
+
+        sys.exit(serve_runs(temporal, db, model=model, allow=allow, secret_env=secret_env,
+                            tools=functools.partial(load_tools, tools_module, here()),
+                            concurrency=concurrency, drain_s=drain_s))  # fmt: skip
     with journal_store(db):  # the journal opens (and is migrated) before any thread starts
         pass
     secrets = run_secrets(secret_env, model()) if otel else env_secrets(secret_env)

@@ -46,11 +46,26 @@ def submit(
     run_id: str | None = None,
     secret_env: Sequence[str] = (),
 ) -> Job:
-    """Queue a run of `machine` (a declared name or a .yaml path) on `task`: the declaration
-    is loaded and checked, the budgets frozen (its defaults with `budgets` overrides), and
-    both stored with the job. Returns the job; its `run_id` is the run's (given, it must
-    be under `fsm_agent.run_ids.RUN_ID_GRAMMAR`). The values of the environment variables
-    `secret_env` are redacted from the task before it is stored (`fsm_agent.redaction`)."""
+    """Queue a run of `machine` (a declared name or a .yaml path) on `task`, frozen by
+    `frozen_job`. Returns the job; its `run_id` is the run's."""
+    job = frozen_job(machine, task, budgets, run_id=run_id, secret_env=secret_env)
+    store.enqueue(job)
+    return job
+
+
+def frozen_job(
+    machine: str,
+    task: str,
+    budgets: Mapping[str, int | float | None] | None = None,
+    *,
+    run_id: str | None = None,
+    secret_env: Sequence[str] = (),
+) -> Job:
+    """A run of `machine` on `task` as a worker is given it: the declaration loaded and
+    checked, the budgets frozen (its defaults with `budgets` overrides). Its `run_id`
+    (given, it must be under `fsm_agent.run_ids.RUN_ID_GRAMMAR`) is the run's. The values
+    of the environment variables `secret_env` are redacted from the task
+    (`fsm_agent.redaction`)."""
     if run_id is not None:
         check_run_id(run_id, where="run_id")
     secrets = env_secrets(secret_env, what="secret_env")
@@ -59,7 +74,7 @@ def submit(
         raise InvalidInputError("task must be a non-empty string")
     task = secrets.text(task)
     refuse_unencodable("the task", task)
-    job = Job(
+    return Job(
         run_id=run_id or uuid.uuid4().hex[:12],
         machine=_reference(machine),
         machine_text=spec.text,
@@ -67,8 +82,6 @@ def submit(
         budgets=make_budgets(spec.budgets, budgets),
         submitted_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds"),
     )
-    store.enqueue(job)
-    return job
 
 
 def queued_spec(job: Job) -> MachineSpec:

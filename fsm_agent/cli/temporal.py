@@ -1,0 +1,142 @@
+"""`--temporal ADDRESS` of `fsm-agent submit` and `fsm-agent worker`: the run starts as a
+Temporal workflow, a worker serves workflows (`fsm_agent.temporal`). `dev` as the address:
+the worker starts Temporal's development server on 127.0.0.1:7233 (its state in a file next
+to a SQLite journal) unless one already answers there; `submit` connects to it.
+
+Imported only when `--temporal` is given: without the extra, `Error: …` says how to add it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fsm_agent.adapters.models import ModelAdapter
+from fsm_agent.errors import InvalidInputError
+
+DEV = "dev"
+DEV_ADDRESS = "127.0.0.1:7233"
+
+
+def _sdk() -> None:
+    try:
+        import temporalio  # noqa: F401
+    except ModuleNotFoundError:
+        raise InvalidInputError(
+            "--temporal needs the Temporal integration: pip install 'fsm-agent[temporal]'"
+        ) from None
+
+
+def _address(given: str) -> str:
+    return DEV_ADDRESS if given == DEV else given
+
+
+def submit_run(
+    address: str,
+    db: str,
+    machine: str,
+    task: str,
+    budgets: Mapping[str, int | float | None],
+    run_id: str | None,
+    secret_env: tuple[str, ...],
+) -> str:
+    """Start the run's workflow on `address`; return its run id."""
+    _sdk()
+    from fsm_agent.cli.options import journal_store
+    from fsm_agent.queue.submission import frozen_job
+    from fsm_agent.run_ids import RunNotFound
+    from fsm_agent.temporal.service import connect, start
+    from fsm_agent.temporal.setup import Submission
+
+    job = frozen_job(machine, task, budgets, run_id=run_id, secret_env=secret_env)
+    with journal_store(db) as store:  # the journal the workers write to: there, and free
+        try:
+            store.get_run(job.run_id)
+        except RunNotFound:
+            pass
+        else:
+            raise InvalidInputError(f"run {job.run_id} is already in the journal {db}")
+
+    async def go() -> None:
+        client = await connect(_address(address), db)
+        await start(client, Submission(job))
+
+    try:
+        asyncio.run(go())
+    except InvalidInputError:
+        raise
+    except Exception as exc:  # the server's refusal (the run id taken): one line
+        raise InvalidInputError(f"Temporal refused the run: {exc}") from None
+    return job.run_id
+
+
+@contextlib.contextmanager
+def _server(address: str, db: str) -> Iterator[str]:
+    """The address to serve on: a development server started here for `dev`, unless one
+    already answers on its port."""
+    if address != DEV:
+        yield address
+        return
+    from fsm_agent.stores.dsn import is_dsn
+    from fsm_agent.temporal.service import DevServer, answers
+
+    if answers(DEV_ADDRESS):
+        yield DEV_ADDRESS
+        return
+    state = None if is_dsn(db) else str(Path(db).resolve().with_suffix(".temporal.db"))
+    with DevServer(db_file=state, port=int(DEV_ADDRESS.rsplit(":", 1)[1])) as server:
+        click.echo(f"fsm-agent: Temporal development server on {server.address}", err=True)
+        yield server.address
+
+
+def serve_runs(
+    address: str,
+    db: str,
+    *,
+    model: Callable[[], ModelAdapter],
+    tools: Callable[[], Any],
+    allow: tuple[str, ...] | None,
+    secret_env: tuple[str, ...],
+    concurrency: int,
+    drain_s: float,
+) -> int:
+    """Serve runs until SIGTERM/SIGINT; the calls in flight get `drain_s` to end (a run
+    in flight is not lost: another worker goes on with its workflow)."""
+    _sdk()
+    from fsm_agent.stores import open_store
+    from fsm_agent.temporal.service import serve
+    from fsm_agent.temporal.setup import Setup
+
+    setup = Setup(journal=db, model=model(), tools=tools(), allow=allow, secret_env=secret_env)
+    store = open_store(db)
+    stopped: list[int] = []
+
+    async def go(where: str) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def stopping(signum: int) -> None:
+            stopped.append(signum)
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping, int(sig))
+        click.echo(f"fsm-agent: serving runs from Temporal at {where}", err=True)
+        await serve(where, setup, store, stop=stop, max_concurrent=concurrency,
+                    drain_s=drain_s)  # fmt: skip
+
+    try:
+        with _server(address, db) as where:
+            asyncio.run(go(where))
+    finally:
+        store.close()
+    if stopped:
+        name = signal.Signals(stopped[0]).name
+        click.echo(f"fsm-agent: worker stopped by {name}; runs in flight go on elsewhere", err=True)
+    return 0

@@ -1,0 +1,118 @@
+"""The effects of a run on Temporal: each call the run's loop yields, and each journal
+write, is an activity of the worker process that serves the run (`fsm_agent.temporal.setup`).
+
+A call is made exactly as in one process (`call_with_deadline`: a daemon thread abandoned at
+the deadline, or a child process killed at it), so its result, error or timeout is the one
+the runtime's rules already decide on. The activity heartbeats while the call runs: a
+worker that dies mid-call is seen within `HEARTBEAT_S`, and the workflow decides what that
+means (`fsm_agent.temporal.workflow`), never Temporal's retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import attrs
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from fsm_agent.declaration.refs import resolve_callable
+from fsm_agent.errors import JournalError
+from fsm_agent.journal.store import Store
+from fsm_agent.runtime.deadline import CallResult, call_with_deadline
+from fsm_agent.temporal import port, wire
+from fsm_agent.temporal.setup import current
+
+#: How long Temporal waits for a heartbeat before it takes the worker for dead.
+HEARTBEAT_S = 10.0
+CALL = "fsm-agent-call"
+JOURNAL = "fsm-agent-journal"
+OPEN = "fsm-agent-open"
+
+
+@attrs.frozen
+class Opened:
+    """The journal a run's workflow writes to, as the store names itself, and the controls
+    already queued for the run (a routing freeze before it started applies to it)."""
+
+    location: str
+    controls: tuple[Any, ...] = ()
+
+
+class Activities:
+    """The activities, bound to one store opened once per worker process."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @activity.defn(name=OPEN)
+    def open(self, run_id: bytes) -> bytes:
+        rid = wire.loads(run_id)
+        controls = tuple(self.store.controls(rid, after=0))
+        return wire.dumps(Opened(location=self.store.location, controls=controls))
+
+    @activity.defn(name=JOURNAL)
+    def journal(self, batch: bytes) -> bytes:
+        run_id, ops, after = wire.loads(batch)
+        try:
+            flushed = port.apply(self.store, run_id, ops, after)
+        except port.Conflict as exc:
+            raise ApplicationError(str(exc), type="Conflict", non_retryable=True) from None
+        except JournalError as exc:  # the database went away: Temporal asks again
+            raise ApplicationError(str(exc), type="JournalUnavailable") from None
+        return wire.dumps(flushed)
+
+    @activity.defn(name=CALL)
+    async def call(self, request: bytes) -> bytes:
+        req: wire.CallRequest = wire.loads(request)
+        fn = _callable(req.name)
+        beating = asyncio.get_running_loop().create_task(_heartbeat())
+        try:
+            result = await asyncio.to_thread(
+                call_with_deadline,
+                fn,
+                req.args,
+                req.kwargs,
+                timeout_s=req.timeout_s,
+                isolation=req.isolation,
+                name=req.name,
+            )
+        finally:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+        return wire.dumps(wire.portable_result(result))
+
+
+async def _heartbeat() -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(HEARTBEAT_S / 4)
+
+
+def _callable(name: str) -> Any:
+    setup = current()
+    kind, _, ref = name.partition(":")
+    if name == "model":
+        return setup.model
+    if name in ("judge", "repair"):
+        found = setup.judge if name == "judge" else setup.repair
+        if found is None:
+            raise ApplicationError(f"this worker has no {name}", non_retryable=True)
+        return found
+    if kind == "tool":
+        tool = setup.tools.get(ref)
+        if tool is None:
+            raise ApplicationError(f"this worker has no tool {ref!r}", non_retryable=True)
+        return tool.fn
+    if kind == "action":
+        return resolve_callable(ref)
+    raise ApplicationError(f"no such call {name!r}", non_retryable=True)
+
+
+def lost(elapsed_ms: int) -> CallResult:
+    """A call whose worker was lost (no heartbeat, or past Temporal's own timeout): no result,
+    its effect unknown — a timeout the runtime's rules decide on."""
+    return CallResult(status="timeout", elapsed_ms=elapsed_ms, fate="lost with its worker")

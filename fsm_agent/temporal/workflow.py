@@ -1,0 +1,184 @@
+"""One run as a durable Temporal workflow: the runtime's own loop decides, in workflow code;
+every call and every journal write is an activity.
+
+The workflow drives the very script a local run's supervisor drives
+(`fsm_agent.runtime.worker.Worker.script`): guards, meters, the compiled decide table, the
+contract the runtime enforces and every halt are the same code, deciding on the same facts.
+Those decisions are pure functions of what the journal holds, so they replay: the run's
+clock is the workflow's (`workflow.time`), its wall time `workflow.now`, and each call's
+result reaches the script from the history. Before each call the journal writes the script
+queued are committed by one journal activity (`fsm_agent.temporal.port`), so a transition
+is in the journal before the next call, as in one process.
+
+Temporal's retries never re-issue a call the runtime would not: a call that may change the
+world is one attempt; a lost worker (no heartbeat) or Temporal's own timeout reaches the
+script as the call's timeout, with its effect unknown, and the runtime's rules decide. A
+call without a side effect (a model, a judge, a declared read) may be asked again after a
+lost worker. Journal writes are retried until the journal answers (they are idempotent);
+one that conflicts with what the journal holds fails the workflow.
+
+Not sandboxed: the runtime imports nothing nondeterministic into its decisions, and a
+sandbox that passes fsm-agent's modules through (as it must, to share them with the
+activities) would check nothing of them.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Generator
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    import attrs
+
+    from fsm_agent.errors import JournalError, RunPaused
+    from fsm_agent.queue.submission import queued_spec
+    from fsm_agent.runtime.deadline import Call, CallResult
+    from fsm_agent.runtime.worker import Worker, new_context
+    from fsm_agent.temporal import port, wire
+    from fsm_agent.temporal.activities import CALL, HEARTBEAT_S, JOURNAL, OPEN, Opened, lost
+    from fsm_agent.temporal.setup import WORKFLOW, Submission, current
+
+#: Temporal's own timeout of a call, past the runtime's deadline for it (the runtime's
+#: deadline always fires first; Temporal's only catches a worker that stopped answering).
+CALL_MARGIN_S = 30.0
+JOURNAL_TIMEOUT = datetime.timedelta(seconds=30)
+ONCE = RetryPolicy(maximum_attempts=1)
+READ_AGAIN = RetryPolicy(maximum_attempts=3)
+UNTIL_WRITTEN = RetryPolicy(
+    maximum_interval=datetime.timedelta(seconds=5), non_retryable_error_types=["Conflict"]
+)
+
+
+@attrs.frozen
+class Outcome:
+    """What the workflow returns: the halt record (journal head filled in), or how the run
+    stopped without one (`paused`)."""
+
+    record: Any = None
+    paused: str | None = None
+
+
+def _wall() -> str:
+    return workflow.now().astimezone(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+@workflow.defn(name=WORKFLOW, sandboxed=False)
+class RunWorkflow:
+    def __init__(self) -> None:
+        self.port: port.JournalPort | None = None
+        self.worker: Worker | None = None
+
+    @workflow.run
+    async def run(self, submitted: bytes) -> bytes:
+        given: Submission = wire.loads(submitted)
+        job = given.job
+        setup = current()
+        opened: Opened = wire.loads(
+            await workflow.execute_activity(
+                OPEN, wire.dumps(job.run_id), start_to_close_timeout=JOURNAL_TIMEOUT,
+                retry_policy=UNTIL_WRITTEN,
+            )
+        )  # fmt: skip
+        self.port = journal = port.JournalPort(job.run_id, opened.location, opened.controls)
+        ctx, run_id = new_context(
+            queued_spec(job), task=job.task, model=setup.model, tools=setup.tools,
+            budgets=attrs.asdict(job.budgets), clock=workflow.time, run_id=job.run_id,
+            repair=setup.repair, judge=setup.judge, secret_env=setup.secret_env,
+            allow=setup.allow, halt_lane=given.halt_lane, thrash_limit=given.thrash_limit,
+        )  # fmt: skip
+        worker = Worker(ctx, journal, run_id, None, None, False, None)  # type: ignore[arg-type]
+        self.worker = worker
+        worker.wall = _wall
+        raised = await self._drive(worker.script())
+        outcome = Outcome()
+        if raised is not None:
+            try:
+                worker.conclude(raised)
+            except RunPaused as exc:
+                outcome = Outcome(paused=str(exc))
+            except JournalError as exc:
+                raise ApplicationError(f"run {run_id}: {exc}", non_retryable=True) from None
+        failed = await self._flush()
+        if failed is not None:
+            raise ApplicationError(f"run {run_id}: {failed}", non_retryable=True)
+        return wire.dumps(attrs.evolve(outcome, record=port.fix_head(worker.record, journal.head)))
+
+    @workflow.query(name="state")
+    def state(self) -> dict[str, Any]:
+        """The run's live position: state, seq, steps used."""
+        worker = self.worker
+        if worker is None:
+            return {"state": None}
+        record = worker.record
+        return {
+            "state": worker.state,
+            "seq": worker.seq,
+            "steps_used": worker.ctx.steps_used,
+            "halted": None if record is None else record.halt_reason.value,
+        }
+
+    async def _drive(self, script: Generator[Call, CallResult, None]) -> BaseException | None:
+        """Drive the run's script: each call it yields made by an activity, the journal's
+        writes committed before it. Returns what the script raised (None: it ended)."""
+        result: CallResult | None = None
+        while True:
+            try:
+                call = script.send(result)  # type: ignore[arg-type]
+            except StopIteration:
+                return None
+            except BaseException as exc:  # the run's own way out: `conclude` names its halt
+                return exc
+            failed = await self._flush()
+            if failed is not None:
+                return failed
+            result = await self._call(call)
+
+    async def _flush(self) -> JournalError | None:
+        journal, worker = self.port, self.worker
+        assert journal is not None  # noqa: S101 - set by run
+        assert worker is not None  # noqa: S101 - set by run
+        ops = journal.take()
+        if not ops:
+            return None
+        batch = wire.dumps((journal.run_id, ops, worker.control_seen))
+        try:
+            answer = await workflow.execute_activity(
+                JOURNAL, batch, start_to_close_timeout=JOURNAL_TIMEOUT, retry_policy=UNTIL_WRITTEN
+            )
+        except ActivityError as exc:
+            why = f"the journal refused a write: {_cause(exc)}"
+            return JournalError(why, path=journal.location)
+        journal.flushed(wire.loads(answer))
+        return None
+
+    async def _call(self, call: Call) -> CallResult:
+        journal = self.port
+        assert journal is not None  # noqa: S101 - set by run
+        request = wire.request_of(journal.run_id, call)
+        once = current().side_effect(call.name)
+        begun = workflow.time()
+        try:
+            answer = await workflow.execute_activity(
+                CALL,
+                wire.dumps(request),
+                start_to_close_timeout=datetime.timedelta(
+                    seconds=max(call.timeout_s, 0.0) + CALL_MARGIN_S
+                ),
+                heartbeat_timeout=datetime.timedelta(seconds=HEARTBEAT_S),
+                retry_policy=ONCE if once else READ_AGAIN,
+            )
+        except ActivityError:
+            return lost(int((workflow.time() - begun) * 1000))
+        result: CallResult = wire.loads(answer)
+        return result
+
+
+def _cause(exc: BaseException) -> str:
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return str(exc)
