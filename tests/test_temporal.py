@@ -145,3 +145,24 @@ def test_generated_scripts_journal_the_same_on_temporal(
     )  # fmt: skip
     assert temporal == local, replies
     proven(tmp_path / "temporal.db", record.run_id)
+
+
+def test_a_long_run_continues_as_new_without_a_gap_in_its_journal(
+    server: DevServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `CONTINUE_AT` history events the workflow goes on as new, from the journal:
+    the journal is the local run's, event by event, with nothing journaled of the seams."""
+    from fsm_agent.temporal import workflow
+
+    monkeypatch.setattr(workflow, "CONTINUE_AT", 60)
+    replies = [{"tool_call": {"name": "lookup", "args": {"q": f"page {n}"}}} for n in range(30)]
+    local, temporal, record, size = both_ways(
+        server, tmp_path, "agent_loop", "Find the lab password in the lookup tool.", replies,
+        tools="fsm_agent.examples.halt_lab.tools", allow=LAB_ALLOW, budgets={"max_steps": 30},
+    )  # fmt: skip
+    assert record.halt_reason.value == "max_steps"
+    assert len(temporal) == 92
+    assert temporal == local
+    assert [e["seq"] for e in temporal] == list(range(len(temporal)))
+    proven(tmp_path / "temporal.db", record.run_id)
+    assert size < 60 * 1_500, size  # the last workflow run's history only

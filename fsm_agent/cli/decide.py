@@ -23,10 +23,12 @@ from fsm_agent.cli.options import (
     here,
     journal_store,
     json_option,
-    model_options,
+    model_or_temporal_options,
     record_option,
     refuse_overlaps,
+    say_result,
     shown,
+    temporal_option,
 )
 from fsm_agent.cli.traces import live_traces, otel_options, traced
 from fsm_agent.journal.store import Event
@@ -45,7 +47,8 @@ def _decision_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.argument("run_id"),
             click.option("--why", required=True, help="Why (journaled with the decision)."),
             click.option("--by", help="Who decides (default: the login name)."),
-            model_options,
+            model_or_temporal_options,
+            temporal_option,
             click.option(
                 "--tools", "tools_module", help="Module exposing TOOLS = ToolRegistry(...)."
             ),
@@ -78,6 +81,9 @@ def decided_record(run_id: str, act: Act, **kwargs: Any) -> HaltRecord:
 def _decide(act: Act, run_id: str, options: dict[str, Any]) -> None:
     """Journal the decision and go on with the run until its next stop; exit as `run`."""
     db, record_path, as_json = options["db"], options["record_path"], options["as_json"]
+    if options["temporal"] is not None:
+        _decide_on_temporal(act, run_id, options)
+        return
     model: ModelAdapter = options["model"]
     refuse_overlaps(db, {"--record": record_path, "--trace-copy": options["trace_copy"]})
     module = options["tools_module"]
@@ -115,6 +121,22 @@ def _decide(act: Act, run_id: str, options: dict[str, Any]) -> None:
         if tracer is not None:
             tracer.on_halt(record)
     finish(record, record_path, as_json)
+
+
+def _decide_on_temporal(act: Act, run_id: str, options: dict[str, Any]) -> None:
+    """Journal the decision (the run left paused, as the console's), then go on with the
+    run as a Temporal workflow: its workers' model and tools."""
+    from fsm_agent.cli.temporal import resume_on
+    from fsm_agent.runtime.decisions import decide_run
+
+    db, address = options["db"], options["temporal"]
+    with journal_store(db, must_exist=True) as store:
+        run_id = resolve_run_id(store, run_id)
+        decide_run(run_id, act, why=options["why"], by=options["by"], text=options.get("text"),
+                   call=options.get("call"), model=None, store=store)  # fmt: skip
+    resume_on(address, db, run_id)
+    said = f"run {run_id}: {act} journaled; it goes on as a Temporal workflow ({address})"
+    say_result(options["as_json"], {"run_id": run_id, "decided": act, "temporal": address}, said)
 
 
 _CALL = click.option(

@@ -102,6 +102,28 @@ def _say_stopped(signum: int) -> None:
         return
 
 
+def _exit_now(code: object) -> None:
+    """Exit with `code` without the interpreter's finalization: a Temporal client's threads
+    (its Rust core's) can abort it ("PyGILState_Release: thread state … must be current",
+    SIGABRT; temporalio/sdk-python#300), which would turn a command that succeeded into
+    exit 134. Everything the command wrote is flushed first."""
+    import os
+
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105 - contextlib is not loaded this early
+            stream.flush()
+        except (OSError, ValueError):  # a reader gone: what it missed is gone either way
+            pass
+    os._exit(status)
+
+
 def main() -> None:
     """`fsm-agent`: the CLI, with the signal handlers installed before it is imported."""
     global _exiting, _loading
@@ -125,6 +147,8 @@ def main() -> None:
         _exiting = True
         signum = _signal_of(exc)
         if signum is None:
+            if isinstance(exc, SystemExit) and "temporalio" in sys.modules:
+                _exit_now(exc.code)
             raise
         if not _said():
             _say_stopped(signum)

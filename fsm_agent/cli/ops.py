@@ -18,13 +18,14 @@ from fsm_agent.cli.options import (
     here,
     journal_store,
     json_option,
-    model_options,
+    model_or_temporal_options,
     read_journal,
     record_option,
     refuse_overlaps,
     say_result,
     shell_arg,
     shown,
+    temporal_option,
 )
 from fsm_agent.cli.traces import live_traces, otel_options, traced
 from fsm_agent.errors import InvalidInputError
@@ -224,17 +225,25 @@ def verify(
 @click.argument("run_id")
 @click.option("--why", required=True, help="Why (journaled with the act).")
 @click.option("--who", help="Who pauses it (default: the login name).")
+@temporal_option
 @db_option
 @json_option
 @cli_errors
-def pause(run_id: str, why: str, who: str | None, db: str, as_json: bool) -> None:
+def pause(
+    run_id: str, why: str, who: str | None, temporal: str | None, db: str, as_json: bool
+) -> None:
     """Pause a live run: before its next model call it journals the pause and its process
-    ends; the run waits, with its frozen budgets, for `fsm-agent resume RUN_ID`."""
+    ends; the run waits, with its frozen budgets, for `fsm-agent resume RUN_ID`. With
+    --temporal, the act is also signalled to the run's workflow."""
     from fsm_agent.runtime.operator_acts import queue_pause
 
     with journal_store(db, must_exist=True) as store:
         run_id = resolve_run_id(store, run_id)
         number = queue_pause(store, run_id, who, why)
+    if temporal is not None:
+        from fsm_agent.cli.temporal import signal_control
+
+        signal_control(temporal, db, run_id, number)
     say_result(
         as_json,
         {"control": number, "run_id": run_id},
@@ -243,9 +252,20 @@ def pause(run_id: str, why: str, who: str | None, db: str, as_json: bool) -> Non
     )
 
 
+def _on_temporal(address: str, db: str, run_id: str, as_json: bool) -> None:
+    from fsm_agent.cli.temporal import resume_on
+
+    with journal_store(db, must_exist=True) as store:
+        run_id = resolve_run_id(store, run_id)
+    resume_on(address, db, run_id)
+    say_result(as_json, {"run_id": run_id, "temporal": address},
+               f"run {run_id} goes on as a Temporal workflow ({address}); see it with"
+               f" fsm-agent show {run_id} --db {shell_arg(db)}")  # fmt: skip
+
+
 @cli.command()
 @click.argument("run_id")
-@model_options
+@model_or_temporal_options
 @click.option("--tools", "tools_module", help="Module exposing TOOLS = ToolRegistry(...).")
 @db_option
 @click.option(
@@ -257,10 +277,11 @@ def pause(run_id: str, why: str, who: str | None, db: str, as_json: bool) -> Non
 @otel_options
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No live step lines on stderr.")
+@temporal_option
 @cli_errors
 def resume(
     run_id: str,
-    model: ModelAdapter,
+    model: ModelAdapter | None,
     tools_module: str | None,
     db: str,
     trace_copy: str | None,
@@ -270,14 +291,21 @@ def resume(
     as_json: bool,
     quiet: bool,
     secret_env: tuple[str, ...],
+    temporal: str | None,
 ) -> None:
     """Continue an interrupted or paused run from its last committed transition, with the
     same frozen budgets. A tool call with no journaled receipt is re-issued only if the tool
-    is idempotent; otherwise the run ends in handoff (side_effect_unknown).
+    is idempotent; otherwise the run ends in handoff (side_effect_unknown). With
+    --temporal, the run goes on as a Temporal workflow (its workers' model and tools).
 
     Exit codes as for `run`; 75 if it is paused again.
     """
     from fsm_agent.runtime.worker import resume_run
+
+    if temporal is not None:
+        _on_temporal(temporal, db, run_id, as_json)
+        return
+    assert model is not None  # noqa: S101 - required without --temporal
 
     refuse_overlaps(db, {"--record": record_path, "--trace-copy": trace_copy})
     tools = load_tools(tools_module, here()) if tools_module else ToolRegistry()

@@ -324,24 +324,55 @@ _MODEL_OPTIONS = (
 )
 
 
+temporal_option = click.option(
+    "--temporal",
+    metavar="ADDRESS",
+    help="A Temporal server (host:port) the run goes on as a workflow of; `dev`: a local"
+    " development server (`fsm-agent worker --temporal dev` starts one on 127.0.0.1:7233)."
+    " Needs pip install 'fsm-agent[temporal]'.",
+)
+
+#: The same, `--model` not required (`model_or_temporal_options`).
+_MODEL_OPTIONS_OPTIONAL = (
+    click.option(
+        "--model",
+        "model_spec",
+        help="scripted:PATH (JSON list of replies), python:module:callable, or openai:MODEL"
+        " (an OpenAI-compatible server; see --base-url). Required, except with --temporal.",
+    ),
+    *_MODEL_OPTIONS[1:],
+)
+
+
 _ENDPOINT_OPTIONS = ("base_url", "api_key_env", "lane_tier", "price_in", "price_out",
                      "worst_case_cost")  # fmt: skip
 
 
-def _with_model(fn: F, build: Callable[[str, Endpoint | None], Any]) -> F:
+def _with_model(
+    fn: F, build: Callable[[str, Endpoint | None], Any], *, unless_temporal: bool = False
+) -> F:
     """`--model` and the endpoint options, handed to the command as
-    `model=build(spec, endpoint)`, and `--secret-env` as `secret_env` (names, checked)."""
+    `model=build(spec, endpoint)`, and `--secret-env` as `secret_env` (names, checked).
+    `unless_temporal`: a command that also takes `--temporal` needs no model with it (the
+    Temporal workers have theirs): `model` is then None, and a `--model` given is refused."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         spec = kwargs.pop("model_spec")
-        endpoint = _endpoint(spec, {name: kwargs.pop(name) for name in _ENDPOINT_OPTIONS})
+        endpoint_options = {name: kwargs.pop(name) for name in _ENDPOINT_OPTIONS}
         env_secrets(kwargs["secret_env"])  # unset or too short: `Error: …`, exit 2, now
-        kwargs["model"] = build(spec, endpoint)
+        if unless_temporal and kwargs.get("temporal") is not None:
+            if spec is not None:
+                raise InvalidInputError("--model is the Temporal workers' own with --temporal")
+            kwargs["model"] = None
+            return fn(*args, **kwargs)
+        if spec is None:
+            raise click.UsageError("Missing option '--model'.")
+        kwargs["model"] = build(spec, _endpoint(spec, endpoint_options))
         return fn(*args, **kwargs)
 
     decorated: Any = cli_errors(wrapper)  # a bad model spec is `Error: …`, exit 2
-    for option in reversed(_MODEL_OPTIONS):
+    for option in reversed(_MODEL_OPTIONS_OPTIONAL if unless_temporal else _MODEL_OPTIONS):
         decorated = option(decorated)
     return decorated  # type: ignore[no-any-return]
 
@@ -350,6 +381,15 @@ def model_options(fn: F) -> F:
     """The model options, handed to the command as one loaded `model` adapter."""
     return _with_model(
         fn, lambda spec, endpoint: load_model(spec, endpoint=endpoint, search=here())
+    )
+
+
+def model_or_temporal_options(fn: F) -> F:
+    """`model_options` for a command that also takes `--temporal`: no `--model` with it."""
+    return _with_model(
+        fn,
+        lambda spec, endpoint: load_model(spec, endpoint=endpoint, search=here()),
+        unless_temporal=True,
     )
 
 

@@ -31,6 +31,7 @@ from fsm_agent.cli.options import (
     say_result,
     shell_arg,
     shown,
+    temporal_option,
 )
 from fsm_agent.cli.traces import live_traces, otel_options
 from fsm_agent.errors import InvalidInputError
@@ -40,14 +41,6 @@ from fsm_agent.queue.submission import DEFAULT_DRAIN_S, DEFAULT_LEASE_S, DEFAULT
 from fsm_agent.queue.submission import submit as submit_job
 from fsm_agent.redaction import env_secrets, run_secrets
 from fsm_agent.run_ids import check_run_id, shown_run_id
-
-temporal_option = click.option(
-    "--temporal",
-    metavar="ADDRESS",
-    help="A Temporal server (host:port) to run on, instead of the journal's own queue;"
-    " `dev`: a local development server (the worker starts one on 127.0.0.1:7233)."
-    " Needs pip install 'fsm-agent[temporal]'.",
-)
 
 
 @cli.command()

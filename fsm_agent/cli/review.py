@@ -24,6 +24,7 @@ from fsm_agent.cli.options import (
     refuse_overlaps,
     say_result,
     shown,
+    temporal_option,
 )
 from fsm_agent.declaration.load import load_machine
 from fsm_agent.errors import InvalidInputError
@@ -366,6 +367,7 @@ def lint(
 @budget_options
 @click.option("--why", required=True, help="Why the cap is raised (journaled with the act).")
 @click.option("--who", help="Who raises it (default: the login name).")
+@temporal_option
 @db_option
 @json_option
 @cli_errors
@@ -374,11 +376,13 @@ def raise_budget(
     budgets: dict[str, int | float | None],
     why: str,
     who: str | None,
+    temporal: str | None,
     db: str,
     as_json: bool,
 ) -> None:
     """Raise a live run's caps. Only a person can: the run applies it before its next model
-    call and journals who, why and the old and new values; replay shows the act."""
+    call and journals who, why and the old and new values; replay shows the act. With
+    --temporal, the act is also signalled to the run's workflow."""
     from fsm_agent.runtime.operator_acts import queue_raise_budget, require_caps
 
     asked = {name: value for name, value in budgets.items() if value is not None}
@@ -386,6 +390,10 @@ def raise_budget(
     with journal_store(db, must_exist=True) as store:
         run_id = resolve_run_id(store, run_id)
         number, current = queue_raise_budget(store, run_id, asked, who, why)
+    if temporal is not None:
+        from fsm_agent.cli.temporal import signal_control
+
+        signal_control(temporal, db, run_id, number)
     changes = ", ".join(f"{n} {getattr(current, n)} -> {v}" for n, v in asked.items())
     moved = {n: {"from": getattr(current, n), "to": v} for n, v in asked.items()}
     data = {"control": number, "run_id": run_id, "changes": moved}

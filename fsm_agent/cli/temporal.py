@@ -67,13 +67,63 @@ def submit_run(
         client = await connect(_address(address), db)
         await start(client, Submission(job))
 
+    _refused(go)
+    return job.run_id
+
+
+def resume_on(address: str, db: str, run_id: str) -> None:
+    """Go on with a journaled run (paused, interrupted, or decided and waiting to go on) as
+    a Temporal workflow: a worker takes it from the journal (refused there, the workflow
+    failed, if it cannot be resumed)."""
+    _sdk()
+    from fsm_agent.cli.options import journal_store
+    from fsm_agent.journal.store import Job
+    from fsm_agent.runtime.resume import check_resumable
+    from fsm_agent.temporal.service import connect, start
+    from fsm_agent.temporal.setup import Submission
+
+    with journal_store(db, must_exist=True) as store:
+        row = store.get_run(run_id)
+    check_resumable(row, lease_held=row.host == "temporal")  # a refusal says why, now
+    job = Job(run_id=row.run_id, machine=row.machine, machine_text=row.machine_text,
+              task=row.task, budgets=row.budgets, submitted_at=row.started_at)  # fmt: skip
+
+    async def go() -> None:
+        client = await connect(_address(address), db)
+        await start(client, Submission(job, mode="resume"))
+
+    _refused(go)
+
+
+def signal_control(address: str, db: str, run_id: str, number: int) -> bool:
+    """Send the journaled control `number` to the run's workflow, if one runs it now
+    (False: none does; the run reads the control from the journal when it next goes on)."""
+    _sdk()
+    from fsm_agent.cli.options import journal_store
+    from fsm_agent.temporal import wire
+    from fsm_agent.temporal.service import connect
+
+    with journal_store(db, must_exist=True) as store:
+        (control,) = [c for c in store.controls(run_id, after=number - 1) if c.id == number]
+
+    async def go() -> bool:
+        client = await connect(_address(address), db)
+        try:
+            await client.get_workflow_handle(run_id).signal("control", wire.dumps(control))
+        except Exception:  # no workflow runs it now
+            return False
+        return True
+
+    return asyncio.run(go())
+
+
+def _refused(go: Callable[[], Any]) -> None:
     try:
         asyncio.run(go())
     except InvalidInputError:
         raise
     except Exception as exc:  # the server's refusal (the run id taken): one line
         raise InvalidInputError(f"Temporal refused the run: {exc}") from None
-    return job.run_id
 
 
 @contextlib.contextmanager

@@ -379,6 +379,10 @@ class Resumption(Halting):
     #: was paused then (no process owned it)
     taken: Event
     was_paused: bool = False
+    #: True when the same driver goes on with its own run from the journal between two
+    #: calls (a durable workflow continued as new): no call was in flight, the run was
+    #: never away, so nothing is journaled of it and nothing of it is unknown
+    continuing: bool = False
 
     if TYPE_CHECKING:  # the worker's own (a stub here would shadow OperatorControls')
 
@@ -404,6 +408,9 @@ class Resumption(Halting):
         """Take the run over: own it (unless `claim_run` already made it this process's),
         journal the take-over, re-check the lanes, and end it in handoff if it stopped in
         the middle of a side effect that cannot be re-done."""
+        if self.continuing:
+            self._catch_up_routing(upto=self.control_seen)
+            return
         if not self.claimed:
             self.store.mark_run(self.run_id, "running", os.getpid(), socket.gethostname())
         if self.last_halt is not None:

@@ -287,7 +287,10 @@ class Worker(Resumption, OperatorControls):
         on_transition: Callable[[Event], None] | None,
         handle_signals: bool,
         trace_copy: Path | None = None,
+        wall: Callable[[], str] | None = None,
     ) -> None:
+        if wall is not None:  # before anything reads it (the run's start time, below)
+            self.wall = wall
         self.ctx, self.store, self.run_id = ctx, store, run_id
         self.spec = ctx.spec
         self.compiled = compile_machine(ctx.spec)

@@ -18,10 +18,13 @@ import attrs
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from fsm_agent.declaration.refs import resolve_callable
-from fsm_agent.errors import JournalError
-from fsm_agent.journal.store import Store
+from fsm_agent.declaration.refs import BadReference, resolve_callable
+from fsm_agent.errors import InvalidInputError, JournalError
+from fsm_agent.journal.store import Control, Event, RunRow, Store
+from fsm_agent.run_ids import RunNotFound
 from fsm_agent.runtime.deadline import CallResult, call_with_deadline
+from fsm_agent.runtime.resume import load_resumable
+from fsm_agent.runtime.tools import ToolError
 from fsm_agent.temporal import port, wire
 from fsm_agent.temporal.setup import current
 
@@ -30,6 +33,10 @@ HEARTBEAT_S = 10.0
 CALL = "fsm-agent-call"
 JOURNAL = "fsm-agent-journal"
 OPEN = "fsm-agent-open"
+LOAD = "fsm-agent-load"
+#: The owner a Temporal run's row names: no process of this host (a local `resume` is
+#: refused as "owned elsewhere" while Temporal drives it).
+OWNER = port.OWNER
 
 
 @attrs.frozen
@@ -39,6 +46,18 @@ class Opened:
 
     location: str
     controls: tuple[Any, ...] = ()
+
+
+@attrs.frozen
+class Loaded:
+    """A journaled run, for its workflow to take over: its row, events and head (verified),
+    and the controls queued for it."""
+
+    row: RunRow
+    events: tuple[Event, ...]
+    head: str
+    location: str
+    controls: tuple[Control, ...] = ()
 
 
 class Activities:
@@ -52,6 +71,25 @@ class Activities:
         rid = wire.loads(run_id)
         controls = tuple(self.store.controls(rid, after=0))
         return wire.dumps(Opened(location=self.store.location, controls=controls))
+
+    @activity.defn(name=LOAD)
+    def load(self, request: bytes) -> bytes:
+        """The run from its journal (refused unless it verifies and may be resumed); with
+        `claim`, taken for Temporal in one compare-and-set (a second taker is refused). The
+        row is the one read before the claim: how the run was left (paused, say) is what
+        the take-over decides on."""
+        run_id, claim = wire.loads(request)
+        try:
+            row, _, events, head = load_resumable(self.store, run_id, lease_held=not claim)
+            if claim:
+                was = (row.status, row.pid, row.host)
+                if not self.store.claim_run(run_id, was=was, head=head, pid=0, host=OWNER):
+                    raise InvalidInputError(f"run {run_id} was taken first by another process")
+        except (InvalidInputError, RunNotFound) as exc:
+            raise ApplicationError(str(exc), type="NotResumable", non_retryable=True) from None
+        controls = tuple(self.store.controls(run_id, after=0))
+        loaded = Loaded(row, tuple(events), head, self.store.location, controls)
+        return wire.dumps(loaded)
 
     @activity.defn(name=JOURNAL)
     def journal(self, batch: bytes) -> bytes:
@@ -67,7 +105,11 @@ class Activities:
     @activity.defn(name=CALL)
     async def call(self, request: bytes) -> bytes:
         req: wire.CallRequest = wire.loads(request)
-        fn = _callable(req.name)
+        try:
+            fn = _callable(req.name)
+        except LookupError as exc:  # this worker cannot make it: not called, said so
+            refused = ToolError(f"{exc}; it was not called", retryable=False)
+            return wire.dumps(CallResult(status="error", error=refused))
         beating = asyncio.get_running_loop().create_task(_heartbeat())
         try:
             result = await asyncio.to_thread(
@@ -100,19 +142,23 @@ def _callable(name: str) -> Any:
     if name in ("judge", "repair"):
         found = setup.judge if name == "judge" else setup.repair
         if found is None:
-            raise ApplicationError(f"this worker has no {name}", non_retryable=True)
+            raise LookupError(f"this worker has no {name}")
         return found
     if kind == "tool":
         tool = setup.tools.get(ref)
         if tool is None:
-            raise ApplicationError(f"this worker has no tool {ref!r}", non_retryable=True)
+            raise LookupError(f"this worker has no tool {ref!r}")
         return tool.fn
     if kind == "action":
-        return resolve_callable(ref)
-    raise ApplicationError(f"no such call {name!r}", non_retryable=True)
+        try:
+            return resolve_callable(ref)
+        except BadReference as exc:
+            raise LookupError(f"this worker cannot load the action {ref!r}: {exc}") from None
+    raise LookupError(f"no such call {name!r}")
 
 
 def lost(elapsed_ms: int) -> CallResult:
     """A call whose worker was lost (no heartbeat, or past Temporal's own timeout): no result,
     its effect unknown — a timeout the runtime's rules decide on."""
-    return CallResult(status="timeout", elapsed_ms=elapsed_ms, fate="lost with its worker")
+    return CallResult(status="timeout", elapsed_ms=elapsed_ms,
+                      fate="lost with its worker (no heartbeat)")  # fmt: skip

@@ -26,6 +26,8 @@ from fsm_agent.run_ids import RunNotFound
 from fsm_agent.runtime.record import HaltRecord
 
 PENDING = "pending:"
+#: The owner a Temporal run's row names (see `fsm_agent.temporal.activities.OWNER`).
+OWNER = "temporal"
 
 
 @attrs.frozen
@@ -77,6 +79,7 @@ class JournalPort:
         self.known.extend(c for c in answer.controls if c.id not in seen)
 
     def start_run(self, run: RunRow, first: Event) -> str:
+        run = attrs.evolve(run, pid=None, host=OWNER)  # no process of a host owns it
         self.ops.append(Op("start", row=run, events=(first,)))
         return PENDING + str(first.seq)
 
@@ -91,7 +94,7 @@ class JournalPort:
         self.ops.append(Op("finish", record=record))
 
     def mark_run(self, run_id: str, status: RunStatus, pid: int | None, host: str | None) -> None:
-        self.ops.append(Op("mark", status=status))
+        self.ops.append(Op("mark", status=status))  # owned by no process (`OWNER`)
 
     def controls(self, run_id: str, after: int = 0) -> list[Control]:
         return [c for c in self.known if c.id > after]
@@ -115,7 +118,8 @@ def apply(store: Store, run_id: str, ops: Sequence[Op], after: int) -> Flushed:
             _finish(store, op.record, head or _head(store, run_id))
         else:
             assert op.status is not None  # noqa: S101 - a mark carries its status
-            store.mark_run(run_id, op.status, None, None)
+            owner = OWNER if op.status == "running" else None
+            store.mark_run(run_id, op.status, None, owner)
     return Flushed(head=head, controls=tuple(store.controls(run_id, after=after)))
 
 

@@ -65,7 +65,7 @@ async def serve(
             client,
             task_queue=TASK_QUEUE,
             workflows=[RunWorkflow],
-            activities=[acts.open, acts.journal, acts.call],
+            activities=[acts.open, acts.load, acts.journal, acts.call],
             activity_executor=pool,
             max_concurrent_activities=max_concurrent,
             graceful_shutdown_timeout=datetime.timedelta(seconds=drain_s),

@@ -5,7 +5,7 @@ activities it runs in the same process."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -49,6 +49,9 @@ class Submission:
     job: Job
     halt_lane: Lane = LOCAL
     thrash_limit: int | None = None
+    #: start: a new run; resume: a journaled run (paused, interrupted, or decided), taken
+    #: for Temporal; continue: the same workflow's own run, continued as new
+    mode: Literal["start", "resume", "continue"] = "start"
 
 
 _current: Setup | None = None

@@ -35,12 +35,24 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     import attrs
 
+    from fsm_agent.declaration.load import parse_machine
     from fsm_agent.errors import JournalError, RunPaused
     from fsm_agent.queue.submission import queued_spec
+    from fsm_agent.redaction import run_secrets
     from fsm_agent.runtime.deadline import Call, CallResult
+    from fsm_agent.runtime.resume import restore_context
     from fsm_agent.runtime.worker import Worker, new_context
     from fsm_agent.temporal import port, wire
-    from fsm_agent.temporal.activities import CALL, HEARTBEAT_S, JOURNAL, OPEN, Opened, lost
+    from fsm_agent.temporal.activities import (
+        CALL,
+        HEARTBEAT_S,
+        JOURNAL,
+        LOAD,
+        OPEN,
+        Loaded,
+        Opened,
+        lost,
+    )
     from fsm_agent.temporal.setup import WORKFLOW, Submission, current
 
 #: Temporal's own timeout of a call, past the runtime's deadline for it (the runtime's
@@ -63,6 +75,20 @@ class Outcome:
     paused: str | None = None
 
 
+class _Continue(Exception):
+    """The run goes on in a new workflow run (continue-as-new)."""
+
+
+#: The history length past which a run continues as new (Temporal's hard limit is 51,200
+#: events; it suggests continuing at its own threshold too).
+CONTINUE_AT = 8_000
+
+
+def _grown() -> bool:
+    info = workflow.info()
+    return info.is_continue_as_new_suggested() or info.get_current_history_length() > CONTINUE_AT
+
+
 def _wall() -> str:
     return workflow.now().astimezone(datetime.UTC).isoformat(timespec="milliseconds")
 
@@ -76,8 +102,28 @@ class RunWorkflow:
     @workflow.run
     async def run(self, submitted: bytes) -> bytes:
         given: Submission = wire.loads(submitted)
-        job = given.job
-        setup = current()
+        worker = await (self._start(given) if given.mode == "start" else self._take_over(given))
+        self.worker = worker
+        raised = await self._drive(worker.script())
+        if isinstance(raised, _Continue):
+            workflow.continue_as_new(wire.dumps(attrs.evolve(given, mode="continue")))
+        journal = self.port
+        assert journal is not None  # noqa: S101 - set by _start or _take_over
+        outcome = Outcome()
+        if raised is not None:
+            try:
+                worker.conclude(raised)
+            except RunPaused as exc:
+                outcome = Outcome(paused=str(exc))
+            except JournalError as exc:
+                raise ApplicationError(f"run {worker.run_id}: {exc}", non_retryable=True) from None
+        failed = await self._flush()
+        if failed is not None:
+            raise ApplicationError(f"run {worker.run_id}: {failed}", non_retryable=True)
+        return wire.dumps(attrs.evolve(outcome, record=port.fix_head(worker.record, journal.head)))
+
+    async def _start(self, given: Submission) -> Worker:
+        job, setup = given.job, current()
         opened: Opened = wire.loads(
             await workflow.execute_activity(
                 OPEN, wire.dumps(job.run_id), start_to_close_timeout=JOURNAL_TIMEOUT,
@@ -91,22 +137,41 @@ class RunWorkflow:
             repair=setup.repair, judge=setup.judge, secret_env=setup.secret_env,
             allow=setup.allow, halt_lane=given.halt_lane, thrash_limit=given.thrash_limit,
         )  # fmt: skip
-        worker = Worker(ctx, journal, run_id, None, None, False, None)  # type: ignore[arg-type]
-        self.worker = worker
-        worker.wall = _wall
-        raised = await self._drive(worker.script())
-        outcome = Outcome()
-        if raised is not None:
-            try:
-                worker.conclude(raised)
-            except RunPaused as exc:
-                outcome = Outcome(paused=str(exc))
-            except JournalError as exc:
-                raise ApplicationError(f"run {run_id}: {exc}", non_retryable=True) from None
-        failed = await self._flush()
-        if failed is not None:
-            raise ApplicationError(f"run {run_id}: {failed}", non_retryable=True)
-        return wire.dumps(attrs.evolve(outcome, record=port.fix_head(worker.record, journal.head)))
+        worker = Worker(ctx, journal, run_id, None, None, False, None, _wall)  # type: ignore[arg-type]
+        return worker
+
+    async def _take_over(self, given: Submission) -> Worker:
+        """The run from its journal: resumed (taken for Temporal), or continued as new."""
+        run_id, setup = given.job.run_id, current()
+        loaded: Loaded = wire.loads(
+            await workflow.execute_activity(
+                LOAD, wire.dumps((run_id, given.mode == "resume")),
+                start_to_close_timeout=JOURNAL_TIMEOUT, retry_policy=ONCE,
+            )
+        )  # fmt: skip
+        row = loaded.row
+        self.port = journal = port.JournalPort(run_id, loaded.location, loaded.controls)
+        journal.head = loaded.head
+        source = f"{row.machine} (journaled with run {run_id})"
+        ctx = restore_context(
+            parse_machine(row.machine_text, source=source), row, loaded.events,
+            model=setup.model, tools=setup.tools, clock=workflow.time, repair=setup.repair,
+            judge=setup.judge,
+        )  # fmt: skip
+        ctx.secrets = run_secrets(setup.secret_env, setup.model)
+        worker = Worker(ctx, journal, run_id, None, None, False, None, _wall)  # type: ignore[arg-type]
+        worker.take_over(row, loaded.events, loaded.head)
+        worker.claimed = True
+        worker.continuing = given.mode == "continue"
+        return worker
+
+    @workflow.signal(name="control")
+    def control(self, control: bytes) -> None:
+        """An operator's act, journaled by the command that sent it: applied before the
+        run's next model call, as the journal's own controls are."""
+        journal = self.port
+        if journal is not None:
+            journal.flushed(port.Flushed(head=journal.head, controls=(wire.loads(control),)))
 
     @workflow.query(name="state")
     def state(self) -> dict[str, Any]:
@@ -124,7 +189,9 @@ class RunWorkflow:
 
     async def _drive(self, script: Generator[Call, CallResult, None]) -> BaseException | None:
         """Drive the run's script: each call it yields made by an activity, the journal's
-        writes committed before it. Returns what the script raised (None: it ended)."""
+        writes committed before it. Returns what the script raised (None: it ended), or
+        `_Continue` when the history has grown enough that the run goes on as new (between
+        two calls: everything it did is in the journal, and no call is in flight)."""
         result: CallResult | None = None
         while True:
             try:
@@ -136,6 +203,8 @@ class RunWorkflow:
             failed = await self._flush()
             if failed is not None:
                 return failed
+            if _grown():
+                return _Continue()
             result = await self._call(call)
 
     async def _flush(self) -> JournalError | None:

@@ -1,0 +1,154 @@
+"""`--temporal` through the real CLI, in real processes, on a real Temporal development
+server: a worker process serves runs that `submit` starts; a person's decisions and an
+operator's pause reach them, journaled as the CLI journals them, and the run goes on as a
+workflow; what the journal then holds verifies and replays."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fsm_agent.stores.sqlite import SqliteStore
+from fsm_agent.temporal.service import DevServer
+
+pytestmark = pytest.mark.temporal
+ROOT = Path(__file__).parent.parent
+SHOP = str(ROOT / "tests" / "approval_fixtures" / "shop.yaml")
+SHOP_WORKER = ("--tools", "tests.fixture_approvals",
+               "--model", "python:tests.fixture_approvals:shop_model")  # fmt: skip
+LAB_WORKER = ("--tools", "fsm_agent.examples.halt_lab.tools", "--allow", "lookup,slow_lookup",
+              "--model", f"scripted:{ROOT / 'examples' / 'halt_lab' / 'slow.json'}")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    with DevServer(log=tmp_path_factory.mktemp("temporal") / "server.log") as dev:
+        yield dev
+
+
+def env(tmp: Path) -> dict[str, str]:
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths),
+                FSM_TEST_REFUNDS=str(tmp / "refunds.txt"))  # fmt: skip
+
+
+def cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fsm_agent", *args], capture_output=True, text=True,
+        cwd=tmp, env=env(tmp), check=False, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def worker(server: DevServer, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A `fsm-agent worker --temporal` process for the test (its options by `request.param`)."""
+    log = (tmp_path / "worker.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fsm_agent", "worker", "--temporal", server.address,
+         "--db", str(tmp_path / "j.db"), *request.param],
+        cwd=tmp_path, env=env(tmp_path), stdout=log, stderr=log,
+    )  # fmt: skip
+    try:
+        yield tmp_path
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+
+def status(tmp: Path, run_id: str, want: str, timeout_s: float = 60.0) -> str:
+    """Wait until `fsm-agent runs` shows the run's halt (or `paused`) as `want`."""
+    deadline = time.monotonic() + timeout_s
+    seen = ""
+    while time.monotonic() < deadline:
+        if (tmp / "j.db").exists():
+            store = SqliteStore(tmp / "j.db")
+            try:
+                rows = [r for r in store.list_runs() if r.run_id == run_id]
+            finally:
+                store.close()
+            if rows:
+                row = rows[0]
+                seen = row.halt_reason.value if row.halt_reason else row.status
+                if seen == want:
+                    return seen
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id}: {seen or 'not there'}, not {want}, in {timeout_s} s")
+
+
+def proven(tmp: Path, run_id: str) -> None:
+    verified = cli(tmp, "verify", run_id, "--db", "j.db")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    replayed = cli(tmp, "replay", run_id, "--db", "j.db")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "proven" in replayed.stdout, replayed.stdout
+
+
+@pytest.mark.parametrize("worker", [SHOP_WORKER], indirect=True)
+def test_a_person_decides_a_temporal_run_and_it_goes_on_as_a_workflow(
+    server: DevServer, worker: Path
+) -> None:
+    tmp, at = worker, ("--temporal", server.address, "--db", "j.db")
+    started = cli(tmp, "submit", SHOP, "--task", "Refund 500 cents to customer C-17.", *at)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    status(tmp, run_id, "approval_required")
+    denied = cli(tmp, "deny", run_id, "--why", "wrong order", *at)
+    assert denied.returncode == 0, denied.stderr
+    assert "goes on as a Temporal workflow" in denied.stdout
+    status(tmp, run_id, "handoff_requested")
+    answered = cli(tmp, "answer", run_id, "--text", "refund 300 instead", "--why", "asked", *at)
+    assert answered.returncode == 0, answered.stderr
+    status(tmp, run_id, "approval_required")
+    assert not (tmp / "refunds.txt").exists()  # nothing ran before a person approved it
+    approved = cli(tmp, "approve", run_id, "--why", "checked", *at)
+    assert approved.returncode == 0, approved.stderr
+    status(tmp, run_id, "completed")
+    assert (tmp / "refunds.txt").read_text() == "C-17 300\n"  # the approved call, once
+    proven(tmp, run_id)
+    shown = cli(tmp, "show", run_id, "--db", "j.db")
+    assert "answer: refund rf_1_300" in shown.stdout
+    again = cli(tmp, "approve", run_id, "--why", "twice", *at)
+    assert again.returncode == 2  # it waits for nobody now
+    assert "Error:" in again.stderr
+
+
+@pytest.mark.parametrize("worker", [LAB_WORKER], indirect=True)
+def test_an_operator_pauses_a_temporal_run_and_resume_goes_on_with_it(
+    server: DevServer, worker: Path
+) -> None:
+    tmp, at = worker, ("--temporal", server.address, "--db", "j.db")
+    started = cli(tmp, "submit", "agent_loop", "--task", "Find the lab password.", *at)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    status(tmp, run_id, "running")
+    paused = cli(tmp, "pause", run_id, "--why", "look first", *at)  # during the 3 s lookup
+    assert paused.returncode == 0, paused.stderr
+    status(tmp, run_id, "paused")
+    resumed = cli(tmp, "resume", run_id, *at)
+    assert resumed.returncode == 0, resumed.stderr
+    status(tmp, run_id, "completed")
+    proven(tmp, run_id)
+    shown = cli(tmp, "show", run_id, "--db", "j.db")
+    assert "paused by" in shown.stdout
+    assert "resumed" in shown.stdout
+
+
+def test_temporal_commands_say_what_is_wrong(tmp_path: Path) -> None:
+    with_model = cli(tmp_path, "resume", "r1", "--temporal", "dev", "--model", "scripted:x.json")
+    assert with_model.returncode == 2
+    assert "--model is the Temporal workers' own" in with_model.stderr
+    without = cli(tmp_path, "resume", "r1")
+    assert without.returncode == 2
+    assert "Missing option '--model'" in without.stderr
+    unreachable = cli(tmp_path, "submit", "agent_loop", "--task", "t", "--temporal",
+                      "127.0.0.1:1", "--db", "j.db")  # fmt: skip
+    assert unreachable.returncode == 2
+    assert "cannot reach Temporal at 127.0.0.1:1" in unreachable.stderr
+    assert "Traceback" not in unreachable.stderr
