@@ -152,3 +152,51 @@ def test_temporal_commands_say_what_is_wrong(tmp_path: Path) -> None:
     assert unreachable.returncode == 2
     assert "cannot reach Temporal at 127.0.0.1:1" in unreachable.stderr
     assert "Traceback" not in unreachable.stderr
+
+
+def temporal(server: DevServer, *args: str) -> None:
+    from fsm_agent.temporal.service import temporal_binary
+
+    done = subprocess.run(
+        [temporal_binary(), "workflow", *args, "--address", server.address],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("worker", [LAB_WORKER], indirect=True)
+def test_a_cancelled_workflow_halts_its_run_as_a_sigterm_would(
+    server: DevServer, worker: Path
+) -> None:
+    tmp, at = worker, ("--temporal", server.address, "--db", "j.db")
+    run_id = cli(tmp, "submit", "agent_loop", "--task", "Find the lab password.", *at).stdout
+    run_id = run_id.strip()
+    status(tmp, run_id, "running")
+    time.sleep(1.0)  # inside the 3 s lookup
+    temporal(server, "cancel", "--workflow-id", run_id)
+    status(tmp, run_id, "interrupted")
+    shown = cli(tmp, "show", run_id, "--db", "j.db")
+    assert "signal 15" in shown.stdout or "SIGTERM" in shown.stdout, shown.stdout
+    proven(tmp, run_id)
+
+
+@pytest.mark.parametrize("worker", [LAB_WORKER], indirect=True)
+def test_a_terminated_workflow_leaves_its_run_to_resume_on_temporal(
+    server: DevServer, worker: Path
+) -> None:
+    """Terminated, no code of the workflow runs: the run stays as the journal has it
+    (owned by Temporal); `resume --temporal` takes it from there under the resume rules."""
+    tmp, at = worker, ("--temporal", server.address, "--db", "j.db")
+    run_id = cli(tmp, "submit", "agent_loop", "--task", "Find the lab password.", *at).stdout
+    run_id = run_id.strip()
+    status(tmp, run_id, "running")
+    time.sleep(1.0)
+    temporal(server, "terminate", "--workflow-id", run_id, "--reason", "test")
+    script = f"scripted:{ROOT / 'examples' / 'halt_lab' / 'slow.json'}"
+    local = cli(tmp, "resume", run_id, "--db", "j.db", "--model", script)
+    assert local.returncode == 2, local.stdout  # Temporal's, not this process's to take
+    assert "temporal" in local.stderr
+    resumed = cli(tmp, "resume", run_id, *at)
+    assert resumed.returncode == 0, resumed.stderr
+    status(tmp, run_id, "completed")  # the lookup is a read: asked again
+    proven(tmp, run_id)

@@ -24,19 +24,21 @@ activities) would check nothing of them.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import signal
 from collections.abc import Generator
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     import attrs
 
     from fsm_agent.declaration.load import parse_machine
-    from fsm_agent.errors import JournalError, RunPaused
+    from fsm_agent.errors import Interrupted, JournalError, RunPaused
     from fsm_agent.queue.submission import queued_spec
     from fsm_agent.redaction import run_secrets
     from fsm_agent.runtime.deadline import Call, CallResult
@@ -98,6 +100,8 @@ class RunWorkflow:
     def __init__(self) -> None:
         self.port: port.JournalPort | None = None
         self.worker: Worker | None = None
+        #: the workflow was cancelled on Temporal: the run stops as at a SIGTERM
+        self.cancelled = False
 
     @workflow.run
     async def run(self, submitted: bytes) -> bytes:
@@ -193,19 +197,28 @@ class RunWorkflow:
         `_Continue` when the history has grown enough that the run goes on as new (between
         two calls: everything it did is in the journal, and no call is in flight)."""
         result: CallResult | None = None
+        thrown: BaseException | None = None
         while True:
             try:
-                call = script.send(result)  # type: ignore[arg-type]
+                call = script.send(result) if thrown is None else script.throw(thrown)  # type: ignore[arg-type]
             except StopIteration:
                 return None
             except BaseException as exc:  # the run's own way out: `conclude` names its halt
                 return exc
+            result, thrown = None, None
             failed = await self._flush()
             if failed is not None:
                 return failed
+            if self.cancelled:  # the run's SIGTERM, at the call it was about to make
+                thrown = Interrupted(int(signal.SIGTERM))
+                continue
             if _grown():
                 return _Continue()
-            result = await self._call(call)
+            try:
+                result = await self._call(call)
+            except asyncio.CancelledError:  # a cancel on Temporal: SIGTERM, at the call
+                self.cancelled = True
+                thrown = Interrupted(int(signal.SIGTERM))
 
     async def _flush(self) -> JournalError | None:
         journal, worker = self.port, self.worker
@@ -215,10 +228,17 @@ class RunWorkflow:
         if not ops:
             return None
         batch = wire.dumps((journal.run_id, ops, worker.control_seen))
-        try:
-            answer = await workflow.execute_activity(
+        writing = asyncio.ensure_future(
+            workflow.execute_activity(
                 JOURNAL, batch, start_to_close_timeout=JOURNAL_TIMEOUT, retry_policy=UNTIL_WRITTEN
             )
+        )
+        try:
+            try:
+                answer = await asyncio.shield(writing)
+            except asyncio.CancelledError:  # a cancel: what was done is journaled all the same
+                self.cancelled = True
+                answer = await writing
         except ActivityError as exc:
             why = f"the journal refused a write: {_cause(exc)}"
             return JournalError(why, path=journal.location)
@@ -241,7 +261,9 @@ class RunWorkflow:
                 heartbeat_timeout=datetime.timedelta(seconds=HEARTBEAT_S),
                 retry_policy=ONCE if once else READ_AGAIN,
             )
-        except ActivityError:
+        except ActivityError as exc:
+            if isinstance(exc.cause, CancelledError):  # the workflow's cancel, not a loss
+                raise asyncio.CancelledError from None
             return lost(int((workflow.time() - begun) * 1000))
         result: CallResult = wire.loads(answer)
         return result
