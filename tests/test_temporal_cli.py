@@ -200,3 +200,44 @@ def test_a_terminated_workflow_leaves_its_run_to_resume_on_temporal(
     assert resumed.returncode == 0, resumed.stderr
     status(tmp, run_id, "completed")  # the lookup is a read: asked again
     proven(tmp, run_id)
+
+
+def test_a_temporal_worker_sends_traces_live_as_export_traces_does(
+    server: DevServer, tmp_path: Path
+) -> None:
+    """`worker --temporal --otel`: each committed event and the halt, sent by the journal
+    activity once committed, under the ids `export-traces` gives the same run."""
+    from tests.otlp_receiver import otlp_receiver
+
+    proper = f"scripted:{ROOT / 'examples' / 'halt_lab' / 'proper.json'}"
+    with otlp_receiver() as rx:
+        environ = {k: v for k, v in env(tmp_path).items() if not k.startswith("OTEL_")}
+        environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = rx.endpoint
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fsm_agent", "worker", "--temporal", server.address,
+             "--db", "j.db", "--tools", "fsm_agent.examples.halt_lab.tools", "--allow",
+             "lookup", "--model", proper, "--otel"],
+            cwd=tmp_path, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            at = ("--temporal", server.address, "--db", "j.db")
+            started = cli(tmp_path, "submit", "agent_loop", "--task", "Find it.", *at)
+            run_id = started.stdout.strip()
+            status(tmp_path, run_id, "completed")
+            deadline = time.monotonic() + 30
+            while not any(s["parent_id"] is None for s in rx.spans):  # the root: the halt
+                assert time.monotonic() < deadline, rx.spans
+                time.sleep(0.1)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        live = {s["span_id"]: (s["name"], s["start_ns"], s["end_ns"]) for s in rx.spans}
+        assert len(live) == 8, live  # root, 4 transitions, 2 model calls, 1 tool call
+        rx.spans.clear()
+        exported = subprocess.run(
+            [sys.executable, "-m", "fsm_agent", "export-traces", run_id, "--db", "j.db"],
+            cwd=tmp_path, env=environ, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert exported.returncode == 0, exported.stderr
+        again = {s["span_id"]: (s["name"], s["start_ns"], s["end_ns"]) for s in rx.spans}
+    assert again == live

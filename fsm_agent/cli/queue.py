@@ -175,13 +175,16 @@ def worker(
     refuse_overlaps(db, {"--records": records_dir})
     load_tools(tools_module, here())  # a bad module is `Error: …` (exit 2) before any lease
     if temporal is not None:
-        if max_jobs is not None or idle_exit or otel:
-            raise InvalidInputError("--max-jobs, --idle-exit and --otel are not for --temporal")
+        if max_jobs is not None or idle_exit:
+            raise InvalidInputError("--max-jobs and --idle-exit are not for --temporal")
         from fsm_agent.cli.temporal import serve_runs
 
-        sys.exit(serve_runs(temporal, db, model=model, allow=allow, secret_env=secret_env,
-                            tools=functools.partial(load_tools, tools_module, here()),
-                            concurrency=concurrency, drain_s=drain_s))  # fmt: skip
+        secrets = run_secrets(secret_env, model()) if otel else env_secrets(secret_env)
+        with live_traces(otel, otel_content, db, secrets) as tracer:
+            code = serve_runs(temporal, db, model=model, allow=allow, secret_env=secret_env,
+                              tools=functools.partial(load_tools, tools_module, here()),
+                              concurrency=concurrency, drain_s=drain_s, tracer=tracer)  # fmt: skip
+        sys.exit(code)
     with journal_store(db):  # the journal opens (and is migrated) before any thread starts
         pass
     secrets = run_secrets(secret_env, model()) if otel else env_secrets(secret_env)

@@ -155,6 +155,7 @@ def serve_runs(
     secret_env: tuple[str, ...],
     concurrency: int,
     drain_s: float,
+    tracer: Any = None,
 ) -> int:
     """Serve runs until SIGTERM/SIGINT; the calls in flight get `drain_s` to end (a run
     in flight is not lost: another worker goes on with its workflow)."""
@@ -179,7 +180,7 @@ def serve_runs(
             loop.add_signal_handler(sig, stopping, int(sig))
         click.echo(f"fsm-agent: serving runs from Temporal at {where}", err=True)
         await serve(where, setup, store, stop=stop, max_concurrent=concurrency,
-                    drain_s=drain_s)  # fmt: skip
+                    drain_s=drain_s, tracer=tracer)  # fmt: skip
 
     try:
         with _server(address, db) as where:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from temporalio import activity
@@ -27,6 +27,9 @@ from fsm_agent.runtime.resume import load_resumable
 from fsm_agent.runtime.tools import ToolError
 from fsm_agent.temporal import port, wire
 from fsm_agent.temporal.setup import current
+
+if TYPE_CHECKING:
+    from fsm_agent.telemetry.live import LiveTracer
 
 #: How long Temporal waits for a heartbeat before it takes the worker for dead.
 HEARTBEAT_S = 10.0
@@ -63,8 +66,11 @@ class Loaded:
 class Activities:
     """The activities, bound to one store opened once per worker process."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, tracer: LiveTracer | None = None) -> None:
         self.store = store
+        #: `--otel`: each committed event, and each halt record, sent as the local
+        #: runtime sends them (a retried write sends them again, under the same span ids)
+        self.tracer = tracer
 
     @activity.defn(name=OPEN)
     def open(self, run_id: bytes) -> bytes:
@@ -103,7 +109,18 @@ class Activities:
             raise ApplicationError(str(exc), type="Conflict", non_retryable=True) from None
         except JournalError as exc:  # the database went away: Temporal asks again
             raise ApplicationError(str(exc), type="JournalUnavailable") from None
+        if self.tracer is not None:
+            self._trace(ops, flushed.head)
         return wire.dumps(flushed)
+
+    def _trace(self, ops: list[port.Op], head: str | None) -> None:
+        tracer = self.tracer
+        assert tracer is not None  # noqa: S101 - only called with one
+        for op in ops:
+            for event in op.events:
+                tracer.on_transition(event)
+            if op.record is not None:
+                tracer.on_halt(attrs.evolve(op.record, journal_head=head))
 
     @activity.defn(name=CALL)
     async def call(self, request: bytes) -> bytes:

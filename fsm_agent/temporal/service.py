@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 from temporalio.client import Client
@@ -32,6 +33,9 @@ from fsm_agent.temporal.activities import Activities
 from fsm_agent.temporal.payloads import ClaimCheck, PayloadTable
 from fsm_agent.temporal.setup import TASK_QUEUE, WORKFLOW, Setup, Submission, install
 from fsm_agent.temporal.workflow import Outcome, RunWorkflow
+
+if TYPE_CHECKING:
+    from fsm_agent.telemetry.live import LiveTracer
 
 NAMESPACE = "default"
 
@@ -54,12 +58,13 @@ async def serve(
     stop: asyncio.Event | None = None,
     max_concurrent: int = 16,
     drain_s: float = 10.0,
+    tracer: LiveTracer | None = None,
 ) -> None:
     """Serve runs on `address` until `stop` is set (or forever); then the calls in flight
     get `drain_s` to end before they are cancelled."""
     install(setup)
     client = await connect(address, setup.journal)
-    acts = Activities(store)
+    acts = Activities(store, tracer)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrent) as pool:
         worker = Worker(
             client,
