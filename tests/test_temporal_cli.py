@@ -241,3 +241,41 @@ def test_a_temporal_worker_sends_traces_live_as_export_traces_does(
         assert exported.returncode == 0, exported.stderr
         again = {s["span_id"]: (s["name"], s["start_ns"], s["end_ns"]) for s in rx.spans}
     assert again == live
+
+
+def test_queue_and_dequeue_keep_their_meaning_on_temporal(
+    server: DevServer, tmp_path: Path
+) -> None:
+    """No worker serves: the run waits on Temporal, `queue` lists it open, `dequeue` takes it
+    out (its workflow terminated, the reason kept); a run that started is refused."""
+    at = ("--temporal", server.address, "--db", "j.db")
+    run_id = cli(tmp_path, "submit", "agent_loop", "--task", "t", "--run-id", "waits-1", *at)
+    assert run_id.returncode == 0, run_id.stderr
+    listed = cli(tmp_path, "queue", *at)
+    assert listed.returncode == 0, listed.stderr
+    assert "waits-1" in listed.stdout
+    assert "running" in listed.stdout
+    out = cli(tmp_path, "dequeue", "waits-1", "--why", "not today", *at)
+    assert out.returncode == 0, out.stderr
+    assert "cancelled on Temporal" in out.stdout
+    done = cli(tmp_path, "queue", "--status", "done", *at)
+    assert "waits-1" in done.stdout
+    assert "terminated" in done.stdout
+    assert "waits-1" not in cli(tmp_path, "queue", *at).stdout
+    again = cli(tmp_path, "dequeue", "waits-1", "--why", "twice", *at)
+    assert again.returncode == 2
+    assert "no workflow runs run waits-1" in again.stderr
+    wrong = cli(tmp_path, "queue", "--status", "leased", *at)
+    assert wrong.returncode == 2
+    assert "with --temporal, open, done or all" in wrong.stderr
+
+
+@pytest.mark.parametrize("worker", [LAB_WORKER], indirect=True)
+def test_dequeue_refuses_a_run_that_started_on_temporal(server: DevServer, worker: Path) -> None:
+    tmp, at = worker, ("--temporal", server.address, "--db", "j.db")
+    run_id = cli(tmp, "submit", "agent_loop", "--task", "Find it.", *at).stdout.strip()
+    status(tmp, run_id, "running")
+    refused = cli(tmp, "dequeue", run_id, "--why", "late", *at)
+    assert refused.returncode == 2
+    assert "has started on Temporal: pause it" in refused.stderr
+    status(tmp, run_id, "completed")

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import attrs
 import click
 
 from fsm_agent.adapters.models import ModelAdapter
@@ -233,12 +234,17 @@ _VIEWS: dict[str, tuple[JobStatus, ...]] = {
     show_default=True,
     help="At most this many jobs of each status.",
 )
+@temporal_option
 @db_option
 @json_option
 @cli_errors
-def queue(status: str, limit: int, db: str, as_json: bool) -> None:
+def queue(status: str, limit: int, temporal: str | None, db: str, as_json: bool) -> None:
     """List the run queue (each status oldest first): run id, status, attempts, seconds
-    left on the lease, owner, task; then how many jobs there are of each status."""
+    left on the lease, owner, task; then how many jobs there are of each status. With
+    --temporal, the runs' workflows there instead (open: running; done: closed)."""
+    if temporal is not None:
+        _temporal_queue(temporal, status, limit, db, as_json)
+        return
     with read_journal(db) as store:
         jobs = [j for s in _VIEWS[status] for j in store.jobs(s, limit=limit)]
         counts = store.job_counts()
@@ -259,6 +265,24 @@ def queue(status: str, limit: int, db: str, as_json: bool) -> None:
     click.echo(f"queue: {total}" + (f" ({more:,} more not shown: --limit)" if more > 0 else ""))
 
 
+def _temporal_queue(address: str, status: str, limit: int, db: str, as_json: bool) -> None:
+    from fsm_agent.cli.temporal import list_workflows
+
+    if status not in ("open", "done", "all"):
+        raise InvalidInputError(f"--status {status} is the journal queue's: with --temporal,"
+                                " open, done or all")  # fmt: skip
+    listed = list_workflows(address, db, status, limit)
+    if as_json:
+        click.echo(json.dumps([attrs.asdict(w) for w in listed], indent=2))
+        return
+    if not listed:
+        click.echo(f"no {'' if status == 'all' else status + ' '}runs on Temporal at {address}")
+        return
+    click.echo(f"{'RUN':<12}  {'WORKFLOW':<11}  {'STARTED':<32}  CLOSED")
+    for w in listed:
+        click.echo(f"{w.run_id:<12}  {w.workflow:<11}  {w.started:<32}  {w.closed or ''}")
+
+
 def _print_jobs(jobs: list[Job]) -> None:
     now = time.time()
     click.echo(f"{'RUN':<12}  {'STATUS':<6}  {'TRY':>3}  {'LEASE':>7}  {'OWNER':<24}  TASK")
@@ -275,16 +299,27 @@ def _print_jobs(jobs: list[Job]) -> None:
 @click.argument("run_id")
 @click.option("--why", required=True, help="Why (kept with the job).")
 @click.option("--who", help="Who takes it out (default: the login name).")
+@temporal_option
 @db_option
 @json_option
 @cli_errors
-def dequeue(run_id: str, why: str, who: str | None, db: str, as_json: bool) -> None:
+def dequeue(
+    run_id: str, why: str, who: str | None, temporal: str | None, db: str, as_json: bool
+) -> None:
     """Take a job out of the run queue: one that is queued, or whose worker is gone (its
     lease expired). Never started: cancelled. Started: its run waits for `fsm-agent resume`.
-    A job a live worker holds is refused: pause its run (that takes it out too)."""
+    A job a live worker holds is refused: pause its run (that takes it out too). With
+    --temporal: a run whose workflow has not started it yet (its workflow is terminated)."""
     from fsm_agent.runtime.operator_acts import signature
 
     by, at = signature(who, why)
+    if temporal is not None:
+        from fsm_agent.cli.temporal import cancel_unstarted
+
+        cancel_unstarted(temporal, db, run_id, f"dequeued by {by} at {at}: {why}")
+        say_result(as_json, {"run_id": run_id, "status": "cancelled"},
+                   f"run {run_id} cancelled on Temporal: it never started")  # fmt: skip
+        return
     with journal_store(db, must_exist=True) as store:
         status = store.dequeue_job(run_id, f"dequeued by {by} at {at}: {why}")
         job = store.job(run_id) if status is None else None  # why it was not dequeued

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import click
 
 from fsm_agent.adapters.models import ModelAdapter
@@ -115,6 +116,85 @@ def signal_control(address: str, db: str, run_id: str, number: int) -> bool:
         return True
 
     return asyncio.run(go())
+
+
+@attrs.frozen
+class Listed:
+    """A run's workflow as Temporal lists it (the newest run of its chain)."""
+
+    run_id: str
+    workflow: str
+    started: str
+    closed: str | None
+
+
+def list_workflows(address: str, db: str, status: str, limit: int) -> list[Listed]:
+    """The runs' workflows on `address`, newest first: `open` (running), `done` (closed),
+    or `all`; at most `limit` of them."""
+    _sdk()
+    from temporalio.client import WorkflowExecutionStatus
+
+    from fsm_agent.temporal.service import connect
+    from fsm_agent.temporal.setup import WORKFLOW
+
+    query = f"WorkflowType = '{WORKFLOW}'"
+    if status == "open":
+        query += " AND ExecutionStatus = 'Running'"
+    elif status == "done":
+        query += " AND ExecutionStatus != 'Running'"
+
+    async def go() -> list[Listed]:
+        client = await connect(_address(address), db)
+        found: list[Listed] = []
+        async for execution in client.list_workflows(query):
+            if execution.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+                continue  # an earlier run of a chain: its newest is listed
+            state = "?" if execution.status is None else execution.status.name.lower()
+            closed = None if execution.close_time is None else execution.close_time.isoformat()
+            found.append(Listed(execution.id, state, execution.start_time.isoformat(), closed))
+            if len(found) >= limit:
+                break
+        return found
+
+    try:
+        return asyncio.run(go())
+    except InvalidInputError:
+        raise
+    except Exception as exc:
+        raise InvalidInputError(f"Temporal did not list the runs: {exc}") from None
+
+
+def cancel_unstarted(address: str, db: str, run_id: str, note: str) -> None:
+    """Take a run out of Temporal before it started: its workflow terminated (`note` is the
+    reason Temporal keeps). A run the journal has is refused: it has started."""
+    _sdk()
+    from fsm_agent.cli.options import journal_store
+    from fsm_agent.run_ids import RunNotFound
+    from fsm_agent.temporal.service import connect
+
+    with journal_store(db) as store:
+        try:
+            store.get_run(run_id)
+        except RunNotFound:
+            pass
+        else:
+            raise InvalidInputError(
+                f"run {run_id} has started on Temporal: pause it (`fsm-agent pause {run_id}"
+                f" --temporal {address} --why …`; `resume --temporal` goes on with it), or cancel"
+                f" its workflow (`temporal workflow cancel --workflow-id {run_id}`: the run"
+                " halts interrupted)"
+            )
+
+    async def go() -> None:
+        client = await connect(_address(address), db)
+        await client.get_workflow_handle(run_id).terminate(reason=note)
+
+    try:
+        asyncio.run(go())
+    except InvalidInputError:
+        raise
+    except Exception as exc:  # none runs with that id
+        raise InvalidInputError(f"no workflow runs run {run_id} on Temporal ({exc})") from None
 
 
 def _refused(go: Callable[[], Any]) -> None:
