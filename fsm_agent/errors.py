@@ -93,15 +93,6 @@ class RunPaused(FsmAgentError):
         super().__init__(f"run {run_id} paused at step {step} by {by}: {why}")
 
 
-class RunAbandoned(FsmAgentError):
-    """The process stopped driving the run and wrote nothing more: it may no longer own it
-    (its queue lease was lost). The journal keeps the run as last committed, for its owner."""
-
-    def __init__(self, run_id: str, why: str) -> None:
-        self.run_id = run_id
-        super().__init__(f"run {run_id} abandoned by this process: {why}")
-
-
 class Interrupted(BaseException):
     """Raised inside the worker when SIGTERM or SIGINT arrives; the run halts as `interrupted`.
 

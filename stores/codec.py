@@ -28,17 +28,13 @@ from fsm_agent.journal.chain_hash import (
     record_link,
     run_key,
 )
-from fsm_agent.journal.store import Control, Event, Facts, GuardResult, Job, RunRow, RunSummary
+from fsm_agent.journal.store import Control, Event, Facts, GuardResult, RunRow, RunSummary
 from fsm_agent.runtime.budgets import Budgets
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.snapshot import Snapshot
 
 #: Builds the backend's error for a corrupt row: (message, run id or None) -> JournalError.
 Fail = Callable[[str, str | None], JournalError]
-
-#: A job's columns, in the order every queue statement reads and writes them.
-JOB_COLUMNS = ("run_id", "machine", "machine_text", "task", "budgets", "submitted_at",
-               "status", "owner", "lease_until", "attempts", "note")  # fmt: skip
 
 _HALT_REASONS = frozenset(r.value for r in HaltReason)
 
@@ -50,8 +46,6 @@ ALREADY_HERE = (
     "already in this journal; the journal is append-only, so an import never overwrites a"
     " run (import into another database)"
 )
-#: An enqueue of a run id already queued or journaled.
-RUN_ID_USED = "already queued or journaled; a run id is used once"
 
 
 class StaleHead(Exception):
@@ -219,13 +213,6 @@ def finish_params(
     return (record.terminal_state, record.halt_reason.value, record.steps_used,
             record.ended_at, serde.dumps(record), record_hash, *head,
             record.run_id)  # fmt: skip
-
-
-def job_params(job: Job) -> tuple[Any, ...]:
-    """A job's INSERT parameters, in `JOB_COLUMNS` order (budgets as compact JSON)."""
-    return (job.run_id, job.machine, job.machine_text, job.task,
-            serde.dumps_compact(job.budgets), job.submitted_at, job.status, job.owner,
-            job.lease_until, job.attempts, job.note)  # fmt: skip
 
 
 def control_params(control: Control) -> tuple[Any, ...]:
@@ -406,12 +393,3 @@ def control(r: Mapping[str, Any], fail: Fail) -> Control:
     except Exception as exc:
         message = f"corrupt controls row {r.get('id')}: {serde.error_path(exc)}"
         raise fail(message, r.get("run_id")) from exc
-
-
-def job(row: Mapping[str, Any], fail: Fail) -> Job:
-    """One `queue` row (`JOB_COLUMNS`) as a `Job`."""
-    try:
-        values = {name: row[name] for name in JOB_COLUMNS}
-        return serde.structure({**values, "budgets": json.loads(values["budgets"])}, Job)
-    except Exception as exc:
-        raise fail(f"corrupt queue row: {serde.error_path(exc)}", row.get("run_id")) from exc

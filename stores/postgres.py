@@ -41,7 +41,6 @@ from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.stores import codec
 from fsm_agent.stores.dsn import redact_dsn
 from fsm_agent.stores.postgres_open import connect, explain, passwords, scrub
-from fsm_agent.stores.postgres_queue import PostgresQueue
 from fsm_agent.stores.postgres_schema import (
     APPEND_EVENT,
     APPEND_ROWS_MAX,
@@ -65,7 +64,7 @@ from fsm_agent.stores.run_lookup import RunLookup
 Verb = Literal["read", "write"]
 
 
-class PostgresStore(PostgresQueue, RunLookup, RunChains):
+class PostgresStore(RunLookup, RunChains):
     """A journal in a PostgreSQL database (the tables of the DSN's search path)."""
 
     SELECT_CHAIN = "SELECT chain FROM runs WHERE run_id = %s"

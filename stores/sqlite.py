@@ -35,7 +35,6 @@ from fsm_agent.stores import codec
 from fsm_agent.stores.run_chains import RunChains, store_witness
 from fsm_agent.stores.run_lookup import RunLookup
 from fsm_agent.stores.sqlite_open import Synchronous, explain, open_journal
-from fsm_agent.stores.sqlite_queue import SqliteQueue
 from fsm_agent.stores.sqlite_schema import (
     APPEND_EVENT,
     APPEND_ROWS_MAX,
@@ -75,7 +74,7 @@ class _Row(sqlite3.Row):
             return default
 
 
-class SqliteStore(SqliteQueue, RunLookup, RunChains):
+class SqliteStore(RunLookup, RunChains):
     """A journal in one SQLite file (default `./fsm-agent.db`); `read_only=True` opens it
     only to read (nothing is created, migrated or written)."""
 

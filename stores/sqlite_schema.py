@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
@@ -218,59 +217,6 @@ SELECT_SUMMARIES = f"""
     ORDER BY machine, started_at, run_id"""  # noqa: S608 - constant fragments only
 
 
-# --- the run queue (see `SqliteStore.lease_job`) ---------------------------------------------
-
-#: Every statement reads and writes a job's columns in this order
-#: (`fsm_agent.stores.codec.JOB_COLUMNS`).
-INSERT_JOB = """
-    INSERT INTO queue (run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
-                       lease_until, attempts, note)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
-#: A run id is used once: refused while it is in the queue (any status) or in the journal.
-JOB_OR_RUN = """
-    SELECT 1 FROM queue WHERE run_id = :id UNION ALL SELECT 1 FROM runs WHERE run_id = :id"""
-# The oldest job that is queued or whose lease expired (each side read through the
-# (status, submitted_at) index), taken in one statement, under BEGIN IMMEDIATE.
-LEASE_JOB = """
-    UPDATE queue SET status = 'leased', owner = :owner, lease_until = :until,
-                     attempts = attempts + 1
-    WHERE run_id = (
-        SELECT run_id FROM (
-            SELECT * FROM (SELECT run_id, submitted_at FROM queue WHERE status = 'queued'
-                           ORDER BY submitted_at, run_id LIMIT 1)
-            UNION ALL
-            SELECT * FROM (SELECT run_id, submitted_at FROM queue
-                           WHERE status = 'leased' AND lease_until < :now
-                           ORDER BY submitted_at, run_id LIMIT 1))
-        ORDER BY submitted_at, run_id LIMIT 1)
-    RETURNING run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
-              lease_until, attempts, note"""
-#: A person takes a job out of the queue: one that is queued, or whose lease expired (its
-#: worker is gone). Never started: `cancelled`; started (paused, or cut off): `done`, its
-#: run left for `fsm-agent resume`.
-DEQUEUE_JOB = """
-    UPDATE queue SET status = CASE WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = :run_id)
-                                   THEN 'done' ELSE 'cancelled' END,
-                     owner = NULL, lease_until = NULL, note = :note
-    WHERE run_id = :run_id
-      AND (status = 'queued' OR (status = 'leased' AND lease_until < :now))
-    RETURNING status"""
-#: Only while `owner` holds the lease (an expired lease nobody took yet is still held).
-RENEW_LEASE = """
-    UPDATE queue SET lease_until = :until
-    WHERE run_id = :run_id AND owner = :owner AND status = 'leased'"""
-#: Back to the queue (no owner), or done (the last owner kept, for `fsm-agent queue`).
-RELEASE_JOB = """
-    UPDATE queue SET status = :status, lease_until = NULL,
-                     owner = CASE WHEN :status = 'done' THEN owner END
-    WHERE run_id = :run_id AND owner = :owner AND status = 'leased'"""
-_SELECT_JOBS = """
-    SELECT run_id, machine, machine_text, task, budgets, submitted_at, status, owner,
-           lease_until, attempts, note
-    FROM queue"""
-_OLDEST_FIRST = " ORDER BY submitted_at, run_id"
-
-
 @_migration("m005_queue_note")
 def _m005(db: sqlite_utils.Database) -> None:
     """Why a job left the queue by a person's hand (`fsm-agent dequeue`): who, why, when."""
@@ -318,21 +264,3 @@ def _m008(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX runs_newest ON runs (started_at, run_id)")
     for column in ("machine", "halt_reason", "status"):
         db.execute(f"CREATE INDEX runs_{column} ON runs ({column}, started_at, run_id)")
-
-
-def select_job(run_id: str) -> tuple[str, tuple[Any, ...]]:
-    """One run's job (through the primary key)."""
-    return _SELECT_JOBS + " WHERE run_id = ?", (run_id,)
-
-
-def select_jobs(status: str | None, limit: int | None) -> tuple[str, tuple[Any, ...]]:
-    """The queue, oldest first, optionally of one status (through the index), at most
-    `limit` jobs (-1: no limit, in SQLite)."""
-    cap = (-1 if limit is None else limit,)
-    if status is None:
-        return _SELECT_JOBS + _OLDEST_FIRST + " LIMIT ?", cap
-    return _SELECT_JOBS + " WHERE status = ?" + _OLDEST_FIRST + " LIMIT ?", (status, *cap)
-
-
-#: How many jobs there are of each status.
-JOB_COUNTS = "SELECT status, count(*) FROM queue GROUP BY status"

@@ -9,13 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from fsm_agent.adapters.models import ModelAdapter
-from fsm_agent.queue.submission import frozen_job
 from fsm_agent.runtime.lanes import LOCAL, Lane
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.runtime.tools import ToolRegistry
 from fsm_agent.stores import open_store
+from fsm_agent.submission import frozen_job
 from fsm_agent.temporal.service import connect, record_of, result, serve, start
-from fsm_agent.temporal.setup import Setup, Submission
+from fsm_agent.temporal.setup import Setup, submission
 from fsm_agent.temporal.workflow import Outcome
 
 
@@ -35,7 +35,7 @@ async def _run(
     try:
         client = await connect(address, db)
         job = frozen_job(machine, task, budgets)
-        await start(client, Submission(job, halt_lane, thrash_limit))
+        await start(client, submission(job, halt_lane=halt_lane, thrash_limit=thrash_limit))
         outcome = await result(client, job.run_id)
         history = await client.get_workflow_handle(job.run_id).fetch_history()
         size = sum(event.ByteSize() for event in history.events)

@@ -207,7 +207,7 @@ def test_halt_reason_choices_are_the_enum() -> None:
 
 # --- --json -----------------------------------------------------------------------------------
 
-#: Commands whose output is not a result: the worker logs, the console serves pages, diagram
+#: Commands whose output is not a result: the worker serves, the console serves pages, diagram
 #: prints the diagram, and
 #: schema prints a JSON Schema (a JSON document already).
 NO_JSON = {"worker", "diagram", "schema", "console"}
@@ -252,9 +252,6 @@ def test_json_shapes_of_the_commands_that_had_none(journal: str, tmp_path: Path)
     assert as_json("migrate", *db) == {"journal": journal, "up_to_date": True}
     assert as_json("freeze-routing", "--why", "t", *db)["routing"] == "frozen"
     assert as_json("unfreeze-routing", "--why", "t", *db)["routing"] == "unfrozen"
-    job = as_json("submit", "agent_loop", "--task", "t", "--run-id", "q1", *db)
-    assert (job["run_id"], job["status"]) == ("q1", "queued")
-    assert as_json("dequeue", "q1", "--why", "t", *db) == {"run_id": "q1", "status": "cancelled"}
 
 
 def test_demo_json(tmp_path: Path) -> None:

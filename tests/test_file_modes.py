@@ -2,7 +2,7 @@
 
 What holds a whole run (the journal and its -wal/-shm files, run files, trace copies) is
 private, 0600, whatever the umask; what is made to be read (halt records, the HTML report,
-diagrams, a queue worker's records) is 0666 less the umask. Each command runs as a real
+diagrams) is 0666 less the umask. Each command runs as a real
 `python -m fsm_agent` subprocess started with the umask (`subprocess.run(umask=...)`): the
 test process's own umask is never touched.
 """
@@ -93,23 +93,6 @@ def test_the_journals_wal_and_shm_files_are_private(umask: int, tmp_path: Path) 
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0o600", "0o600", "0o600"]
-
-
-def test_a_queue_workers_records_follow_the_umask_and_its_journal_is_private(
-    tmp_path: Path,
-) -> None:
-    umask = 0o027
-    run_id = cli(tmp_path, umask, "submit", "agent_loop", "--task", "t", "--db", "q.db")
-    run_id_text = run_id.stdout.strip()
-    cli(
-        tmp_path, umask, "worker", "--db", "q.db", "--tools", TOOLS,
-        "--allow", "lookup,slow_lookup,hang",
-        "--model", PROPER,
-        "--records", "records", "--max-jobs", "1", "--idle-exit",
-    )  # fmt: skip
-    assert mode(tmp_path / "records" / f"{run_id_text}.json") == 0o666 & ~umask
-    assert mode(tmp_path / "records") == 0o777 & ~umask
-    assert mode(tmp_path / "q.db") == 0o600
 
 
 def test_an_existing_journal_keeps_its_mode(tmp_path: Path) -> None:

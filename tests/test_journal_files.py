@@ -85,7 +85,6 @@ FOREIGN_COMMANDS = [
     ["replay", "abc"],
     ["verify", "--all"],
     ["stats"],
-    ["queue"],
     ["export", "abc", "-o", "OUT/x.json"],
     ["report", "abc", "-o", "OUT/x.html"],
     ["submit", "agent_loop", "--task", "t"],
@@ -127,7 +126,6 @@ READ_COMMANDS = [
     ["verify", "--all"],
     ["verify", "RUN"],
     ["stats"],
-    ["queue", "--status", "all"],
     ["export", "RUN", "-o", "OUT/run.json"],
     ["report", "RUN", "-o", "OUT/report.html"],
     ["diagram", "agent_loop", "--run", "RUN"],
@@ -185,7 +183,7 @@ def test_migrate_brings_an_older_journal_up_to_date(tmp_path: Path) -> None:
 def test_an_empty_file_reads_as_an_empty_journal_and_stays_empty(tmp_path: Path) -> None:
     db = tmp_path / "new.db"
     db.touch()
-    for command in (["runs"], ["stats"], ["queue"], ["verify", "--all"]):
+    for command in (["runs"], ["stats"], ["verify", "--all"]):
         assert invoke(*command, "--db", str(db)).exit_code == 0
     assert invoke("show", "abc", "--db", str(db)).exit_code == 2
     assert db.read_bytes() == b""

@@ -24,7 +24,7 @@ from fsm_agent.journal.chain import verify_run
 from fsm_agent.runtime.resume import shown_status
 from fsm_agent.stores import open_store
 from tests.fixture_resume import GATE_ENV, HANG_ENV, IDEMPOTENT_ENV, LEDGER_ENV
-from tests.test_queue import pg_location  # noqa: F401 - the fixture, for the PostgreSQL case
+from tests.test_store_contract import pg_location, pg_server  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).parent.parent
 WAIT_S = 60.0  # generous: several import-heavy children on a loaded 2-core machine

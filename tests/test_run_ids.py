@@ -7,7 +7,6 @@ Through the real CLI on real SQLite files.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,8 @@ from fsm_agent import load_tools, run
 from fsm_agent.adapters.models import ScriptedModel
 from fsm_agent.cli.main import cli
 from fsm_agent.journal.runfile import read_run_file, write_run_file
-from fsm_agent.queue.submission import submit
-from fsm_agent.run_ids import BadRunId, is_run_id, record_stem
-from fsm_agent.stores.sqlite import SqliteStore
+from fsm_agent.run_ids import BadRunId, is_run_id
+from fsm_agent.submission import frozen_job
 from tests.lab import LOOKUP, rechained
 
 PROPER = Path(__file__).parent.parent / "examples" / "halt_lab" / "proper.json"
@@ -70,24 +68,12 @@ def test_submit_refuses_a_run_id_outside_the_grammar(bad: str, tmp_path: Path) -
     assert "is not a run id" in result.output
     assert len(result.output) < 400  # a long id is cut, its length said
     assert not db.exists()
-    store = SqliteStore(db)
-    try:
-        with pytest.raises(BadRunId):
-            submit(store, "agent_loop", "t", run_id=bad)
-        assert store.jobs() == []
-    finally:
-        store.close()
+    with pytest.raises(BadRunId):
+        frozen_job("agent_loop", "t", run_id=bad)
 
 
-def test_submit_takes_a_run_id_in_the_grammar(tmp_path: Path) -> None:
-    db = tmp_path / "q.db"
-    result = invoke("submit", "agent_loop", "--task", "t", "--run-id", "nightly-7.a", "--db",
-                    str(db))  # fmt: skip
-    assert (result.exit_code, result.output) == (0, "nightly-7.a\n")
-    again = invoke("submit", "agent_loop", "--task", "t", "--run-id", "nightly-7.a", "--db",
-                   str(db))  # fmt: skip
-    assert again.exit_code == 70  # the id is used: a journal error, nothing queued twice
-    assert "already" in again.output
+def test_a_submitted_run_takes_a_run_id_in_the_grammar() -> None:
+    assert frozen_job("agent_loop", "t", run_id="nightly-7.a").run_id == "nightly-7.a"
 
 
 def test_import_refuses_a_run_file_whose_id_is_outside_the_grammar(tmp_path: Path) -> None:
@@ -161,61 +147,3 @@ def test_a_legacy_id_is_still_read_by_every_command(
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("old.db")) == [
         "legacy.html", "legacy.json", "r.json",
     ]  # fmt: skip
-
-
-@pytest.mark.parametrize("rid", ["../../escaped", "/abs/escaped"])
-def test_worker_records_stay_in_their_directory_whatever_the_id(
-    rid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A job queued by an older fsm-agent under an id outside the grammar whose run halted
-    before its worker released it: the record file the next worker writes is named from a
-    hash of the id, inside --records."""
-    db, records = tmp_path / "q.db", tmp_path / "work" / "records"
-    monkeypatch.setattr("fsm_agent.queue.submission.check_run_id", lambda value, **_: value)
-    monkeypatch.setattr("fsm_agent.runtime.worker.check_run_id", lambda value, **_: value)
-    store = SqliteStore(db)
-    try:
-        submit(store, "agent_loop", "Find the lab password", run_id=rid)
-    finally:
-        store.close()
-    lab(db, tmp_path / "r.json", run_id=rid)  # halted; its job is still queued
-    monkeypatch.undo()
-    result = invoke(
-        "worker", "--db", str(db), "--tools", "fsm_agent.examples.halt_lab.tools",
-        "--allow", "lookup,slow_lookup,hang",
-        "--model",
-        f"scripted:{PROPER}", "--records", str(records), "--max-jobs", "1", "--idle-exit",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    assert [p.name for p in records.iterdir()] == [f"{record_stem(rid)}.json"]
-    assert record_stem(rid).startswith("run-")
-    assert json.loads((records / f"{record_stem(rid)}.json").read_text())["run_id"] == rid
-    outside = {p for p in tmp_path.rglob("*") if p.is_file()} - {
-        records / f"{record_stem(rid)}.json", tmp_path / "r.json",
-    }  # fmt: skip
-    assert {p.name for p in outside} <= {"q.db", "q.db-wal", "q.db-shm"}
-    assert not Path("/abs").exists()
-
-
-def test_a_legacy_job_never_started_is_not_started_under_its_id(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    db, records = tmp_path / "q.db", tmp_path / "records"
-    with monkeypatch.context() as m:
-        m.setattr("fsm_agent.queue.submission.check_run_id", lambda value, **_: value)
-        store = SqliteStore(db)
-        try:
-            submit(store, "agent_loop", "t", run_id="../../x")
-        finally:
-            store.close()
-    result = invoke(
-        "worker", "--db", str(db), "--tools", "fsm_agent.examples.halt_lab.tools",
-        "--allow", "lookup,slow_lookup,hang",
-        "--model",
-        f"scripted:{PROPER}", "--records", str(records), "--max-jobs", "1", "--idle-exit",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    assert list(records.iterdir()) == []
-    assert not (tmp_path.parent / "x.json").exists()
-    queue = json.loads(invoke("queue", "--status", "all", "--json", "--db", str(db)).output)
-    assert [j["status"] for j in queue] == ["done"]

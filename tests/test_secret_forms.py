@@ -544,20 +544,21 @@ def test_no_piece_of_a_secret_leaves_a_run_in_any_form(tmp_path: Path) -> None:
     assert leaks == {}
 
 
-def test_a_queued_task_is_redacted_before_it_is_stored(tmp_path: Path) -> None:
-    env = {**os.environ, KEY_ENV: KEY, "PYTHONPATH": str(ROOT)}
+def test_a_submitted_task_is_redacted_before_it_leaves_the_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job `submit` starts on Temporal carries the task with every form of the secret
+    redacted (`frozen_job`); a secret variable that is not set is refused before anything."""
+    from fsm_agent.submission import frozen_job
+
+    monkeypatch.setenv(KEY_ENV, KEY)
     task = "Sign in with " + " or ".join(emitted(KEY).values())
-    run_id = fsm(tmp_path, "submit", "agent_loop", "--task", task, "--secret-env", KEY_ENV,
-                 "--db", "q.db", env=env).decode().strip()  # fmt: skip
-    queued = journal_bytes(tmp_path, "q.db")
-    assert queued.count(MARKER.encode()) >= len(emitted(KEY))
-    assert leaked(queued) == []
-    listed = fsm(tmp_path, "queue", "--db", "q.db", "--json", env=env)
-    assert run_id.encode() in listed
-    assert leaked(listed) == []
-    unset = {k: v for k, v in env.items() if k != KEY_ENV}
+    job = frozen_job("agent_loop", task, secret_env=[KEY_ENV])
+    assert job.task.count(MARKER) >= len(emitted(KEY))
+    assert leaked(job.task.encode()) == []
+    env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
     fsm(tmp_path, "submit", "agent_loop", "--task", "t", "--secret-env", KEY_ENV, "--db",
-        "r.db", env=unset, ok=(2,))  # fmt: skip
+        "r.db", env={**env, "PYTHONPATH": str(ROOT)}, ok=(2,))  # fmt: skip
     assert not (tmp_path / "r.db").exists()
 
 

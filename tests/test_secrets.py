@@ -168,32 +168,78 @@ def test_a_secret_env_value_is_redacted_from_task_tool_results_and_replies(
     assert f"[redacted:{DB_ENV}]" in sent
 
 
-def test_the_worker_redacts_its_records(
+@pytest.mark.temporal
+def test_a_temporal_worker_redacts_what_reaches_temporal_and_the_journal(
     server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A run served on Temporal (`worker` with an openai model, its key and another secret):
+    neither secret reaches the journal, its payload table (each payload unpacked) or the
+    Temporal server's own state, in any spelling."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+    import zlib
+
+    from fsm_agent.stores.sqlite import SqliteStore
+    from fsm_agent.temporal.service import DevServer
+
     monkeypatch.setenv(KEY_ENV, KEY)
     monkeypatch.setenv(DB_ENV, DB_VALUE)
-    db, records = tmp_path / "q.db", tmp_path / "records"
-    run_id = invoke("submit", "agent_loop", "--task", "t", "--db", str(db)).output.strip()
+    db = tmp_path / "q.db"
     server.play(
         tool_call("read_config", {}),
         Act(echo=lambda k: completion({"content": json.dumps({"answer": f"{k} {DB_VALUE}"})})),
     )
-    result = invoke(
-        "worker", "--db", str(db), "--tools", "tests.fixture_secret_tools",
-        "--allow", "lookup,read_config",
-        "--model", "openai:test-model", "--base-url", server.base_url, "--api-key-env",
-        KEY_ENV, "--secret-env", DB_ENV, "--records", str(records), "--max-jobs", "1",
-        "--idle-exit",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
+    root = Path(__file__).parent.parent
+    environ = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+    )
+    with DevServer(db_file=str(tmp_path / "temporal.db")) as temporal:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "fsm_agent", "worker", "--temporal", temporal.address,
+             "--db", str(db), "--tools", "tests.fixture_secret_tools", "--allow",
+             "lookup,read_config", "--model", "openai:test-model", "--base-url",
+             server.base_url, "--api-key-env", KEY_ENV, "--secret-env", DB_ENV],
+            cwd=tmp_path, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            submitted = invoke("submit", "agent_loop", "--task", "t", "--temporal",
+                               temporal.address, "--db", str(db))  # fmt: skip
+            assert submitted.exit_code == 0, submitted.output
+            run_id = submitted.output.strip()
+            deadline = time.monotonic() + 60
+            while True:
+                store = SqliteStore(db)
+                try:
+                    halted = [r for r in store.list_runs() if r.status == "halted"]
+                finally:
+                    store.close()
+                if halted:
+                    break
+                assert time.monotonic() < deadline, "the run did not halt"
+                time.sleep(0.2)
+        finally:
+            worker.terminate()
+            worker.wait(30)
+    assert halted[0].run_id == run_id
+    conn = sqlite3.connect(db)
+    try:
+        payloads = b"".join(zlib.decompress(row[0]) for row in
+                            conn.execute("SELECT data FROM temporal_payloads"))  # fmt: skip
+    finally:
+        conn.close()
+    assert payloads  # the prompts and replies went through it
     found = {
-        "record file": (records / f"{run_id}.json").read_bytes(),
         "journal": b"".join(p.read_bytes() for p in tmp_path.glob("q.db*")),
+        "payload table": payloads,
+        "Temporal's state": b"".join(p.read_bytes() for p in tmp_path.glob("temporal.db*")),
     }
     assert_no_leak(KEY, found)
     assert_no_leak(DB_VALUE, found)
-    assert b"[redacted:" in found["record file"]
+    shown = invoke("show", run_id, "--db", str(db))
+    assert f"[redacted:{DB_ENV}]" in shown.output
 
 
 @pytest.mark.parametrize(

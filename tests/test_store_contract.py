@@ -41,7 +41,7 @@ from fsm_agent.journal.runfile import (
     import_run,
     read_run_file,
 )
-from fsm_agent.journal.store import Control, Event, Facts, GuardResult, Job, RunRow, Store
+from fsm_agent.journal.store import Control, Event, Facts, GuardResult, RunRow, Store
 from fsm_agent.journal.witness import read_log
 from fsm_agent.review.replay import replay_events
 from fsm_agent.run_ids import RunNotFound
@@ -178,17 +178,6 @@ def halt_record(run_id: str = "run-1") -> HaltRecord:
         ended_at="2025-01-01T00:00:09Z",
         journal="journal.db",
         handoff=HandoffPacket(why="cap", tried=("lookup",), frozen_args={"q": "again"}),
-    )
-
-
-def job(run_id: str, submitted_at: str = "2025-01-01T00:00:00Z") -> Job:
-    return Job(
-        run_id=run_id,
-        machine="agent_loop",
-        machine_text="name: agent_loop\n",
-        task=f"find the lab password ({run_id})",
-        budgets=BUDGETS,
-        submitted_at=submitted_at,
     )
 
 
@@ -1188,104 +1177,6 @@ def test_a_control_is_applied_by_a_live_run_and_journaled(tmp_path: Path, store:
     assert store.get_run("ctl-run").budgets.max_steps == 3  # the frozen start budgets
     assert verify_run(store, "ctl-run").ok
     assert replay_events(store.get_run("ctl-run"), events).ok
-
-
-# --- the run queue -----------------------------------------------------------------------------
-
-
-def test_enqueue_lists_jobs_oldest_first_and_refuses_a_used_id(store: Store) -> None:
-    store.enqueue(job("j-2", "2025-01-02T00:00:00Z"))
-    store.enqueue(job("j-1", "2025-01-01T00:00:00Z"))
-    assert store.jobs() == [job("j-1", "2025-01-01T00:00:00Z"), job("j-2", "2025-01-02T00:00:00Z")]
-    assert store.jobs("queued") == store.jobs()
-    assert store.jobs("leased") == []
-    with pytest.raises(JournalError) as info:
-        store.enqueue(job("j-1", "2025-01-09T00:00:00Z"))  # already queued
-    assert info.value.run_id == "j-1"
-    store.start_run(run_row("journaled"), started("journaled"))
-    with pytest.raises(JournalError):
-        store.enqueue(job("journaled"))  # already a run in the journal
-    assert [j.run_id for j in store.jobs()] == ["j-1", "j-2"]
-
-
-def test_lease_takes_the_oldest_and_never_the_same_job_twice(store: Store, other: Store) -> None:
-    assert store.lease_job("w1", 30) is None  # an empty queue
-    for i, at in enumerate(["2025-01-03", "2025-01-01", "2025-01-02"]):
-        store.enqueue(job(f"j-{i}", at))
-    first = store.lease_job("w1", 30)
-    assert first is not None
-    assert (first.run_id, first.status, first.owner, first.attempts) == ("j-1", "leased", "w1", 1)
-    assert first.lease_until is not None
-    assert first.lease_until > time.time() + 10
-    second = other.lease_job("w2", 30)
-    third = store.lease_job("w1", 30)
-    assert second is not None
-    assert third is not None
-    assert (second.run_id, third.run_id) == ("j-2", "j-0")
-    assert other.lease_job("w2", 30) is None  # every lease holds
-    assert [j.run_id for j in store.jobs("leased")] == ["j-1", "j-2", "j-0"]
-    assert store.jobs("queued") == []
-
-
-def test_an_expired_lease_is_taken_over_and_its_attempts_counted(
-    store: Store, other: Store
-) -> None:
-    store.enqueue(job("j-1"))
-    assert store.lease_job("w1", 0.001) is not None
-    time.sleep(0.01)  # the store's clock, not ours, decides: let the lease lapse
-    taken = other.lease_job("w2", 30)
-    assert taken is not None
-    assert (taken.run_id, taken.owner, taken.attempts) == ("j-1", "w2", 2)
-    # the old owner lost it: no renewal, no release
-    assert store.renew_lease("j-1", "w1", 30) is False
-    assert store.release_job("j-1", "w1", "done") is False
-    assert store.jobs() == [taken]
-
-
-def test_renew_and_release_only_by_the_owner(store: Store, other: Store) -> None:
-    store.enqueue(job("j-1"))
-    leased = store.lease_job("w1", 5)
-    assert leased is not None
-    assert leased.lease_until is not None
-    assert other.renew_lease("j-1", "w2", 60) is False
-    assert other.release_job("j-1", "w2", "queued") is False
-    assert store.renew_lease("j-1", "w1", 60) is True
-    renewed = store.jobs()[0]
-    assert renewed.lease_until is not None
-    assert renewed.lease_until > leased.lease_until + 30
-    assert store.renew_lease("nope", "w1", 60) is False
-    # given back: another worker may take it (and continue the run)
-    assert store.release_job("j-1", "w1", "queued") is True
-    assert store.jobs("queued")[0].run_id == "j-1"
-    assert store.renew_lease("j-1", "w1", 60) is False  # no longer held
-    again = other.lease_job("w2", 30)
-    assert again is not None
-    assert (again.owner, again.attempts) == ("w2", 2)
-    # done: never leased again
-    assert other.release_job("j-1", "w2", "done") is True
-    assert [j.run_id for j in store.jobs("done")] == ["j-1"]
-    assert store.lease_job("w3", 30) is None
-    assert other.release_job("j-1", "w2", "done") is False  # not leased any more
-
-
-def test_concurrent_workers_lease_each_job_exactly_once(backend: Backend, store: Store) -> None:
-    for i in range(40):
-        store.enqueue(job(f"j-{i:02d}", f"2025-01-01T00:00:{i:02d}Z"))
-    taken: dict[str, list[str]] = {}
-
-    def worker(name: str) -> None:
-        mine = taken.setdefault(name, [])
-        s = backend.open()
-        try:
-            while (leased := s.lease_job(name, 60)) is not None:
-                mine.append(leased.run_id)
-        finally:
-            s.close()
-
-    _in_threads(worker, [f"w{i}" for i in range(4)])
-    everything = [run_id for ids in taken.values() for run_id in ids]
-    assert sorted(everything) == [f"j-{i:02d}" for i in range(40)]  # each exactly once
-    assert all(j.attempts == 1 for j in store.jobs("leased"))
 
 
 # --- concurrency -------------------------------------------------------------------------------

@@ -189,23 +189,6 @@ def test_a_full_queue_drops_events_and_the_run_goes_on(
     assert tracer.counts.dropped > 0
 
 
-def test_worker_otel_traces_every_run_it_drives(tmp_path: Path, receiver: OtlpReceiver) -> None:
-    db = str(tmp_path / "j.db")
-    for n in range(2):
-        submitted = invoke("submit", "agent_loop", "--task", TASK, "--run-id", f"job-{n}",
-                           "--db", db)  # fmt: skip
-        assert submitted.exit_code == 0, submitted.output
-    result = CliRunner().invoke(cli, ["worker", "--db", db, "--tools", LAB_TOOLS, "--allow",
-                                      LAB_ALLOW_ARG, "--model", script(tmp_path),
-                                      "--records", str(tmp_path / "rec"),
-                                      "--idle-exit", "--otel"])  # fmt: skip
-    assert result.exit_code == 0, result.output
-    roots = [s for s in receiver.spans if s["parent_id"] is None]
-    assert sorted(r["attributes"]["fsm_agent.run.id"] for r in roots) == ["job-0", "job-1"]
-    assert len(receiver.spans) == 2 * SPANS
-    assert len({s["trace_id"] for s in receiver.spans}) == 2
-
-
 def test_export_traces_selects_runs_by_id_time_or_all(
     tmp_path: Path, receiver: OtlpReceiver
 ) -> None:

@@ -267,7 +267,7 @@ def test_queue_and_dequeue_keep_their_meaning_on_temporal(
     assert "no workflow runs run waits-1" in again.stderr
     wrong = cli(tmp_path, "queue", "--status", "leased", *at)
     assert wrong.returncode == 2
-    assert "with --temporal, open, done or all" in wrong.stderr
+    assert "'leased' is not one of 'open', 'done', 'all'" in wrong.stderr
 
 
 @pytest.mark.parametrize("worker", [LAB_WORKER], indirect=True)

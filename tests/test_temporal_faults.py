@@ -30,14 +30,14 @@ import pytest
 
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import Event
-from fsm_agent.queue.submission import frozen_job
 from fsm_agent.run_ids import RunNotFound
 from fsm_agent.runtime.record import HaltRecord
 from fsm_agent.stores import open_store
 from fsm_agent.stores.sqlite import SqliteStore
+from fsm_agent.submission import frozen_job
 from fsm_agent.temporal.activities import HEARTBEAT_S
 from fsm_agent.temporal.service import DevServer, connect, record_of, result, start
-from fsm_agent.temporal.setup import Submission
+from fsm_agent.temporal.setup import submission
 from fsm_agent.temporal.workflow import Outcome
 
 pytestmark = [pytest.mark.slow, pytest.mark.temporal]
@@ -233,7 +233,7 @@ def journal_events(db: Path, run_id: str) -> list[Event]:
 async def submit(lab: Lab, task: str) -> str:
     job = frozen_job("agent_loop", task, BUDGETS)
     client = await connect(lab.address, str(lab.db))
-    await start(client, Submission(job))
+    await start(client, submission(job))
     return job.run_id
 
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 def here() -> tuple[Path, ...]:
     """Where a module named on the command line (`--tools`, `--model python:…`) is looked
-    for after sys.path: the working directory, as an absolute path (a queue worker's
+    for after sys.path: the working directory, as an absolute path (a worker's
     threads and a tool's child process look in the same place)."""
     from fsm_agent.declaration.refs import working_directory
 
@@ -394,9 +394,9 @@ def model_or_temporal_options(fn: F) -> F:
 
 
 def model_factory_options(fn: F) -> F:
-    """The model options, handed to the command as a `model` factory: a queue worker builds
-    one adapter per job (adapters may keep state). The spec is loaded once now, so a bad one
-    is `Error: …` (exit 2) before any lease is taken."""
+    """The model options, handed to the command as a `model` factory (`fsm-agent worker`
+    builds its adapter when it starts serving). The spec is loaded once now, so a bad one
+    is `Error: …` (exit 2) before anything is served."""
 
     def factory(spec: str, endpoint: Endpoint | None) -> Callable[[], ModelAdapter]:
         load_model(spec, endpoint=endpoint, search=here())

@@ -50,10 +50,10 @@ def submit_run(
     """Start the run's workflow on `address`; return its run id."""
     _sdk()
     from fsm_agent.cli.options import journal_store
-    from fsm_agent.queue.submission import frozen_job
     from fsm_agent.run_ids import RunNotFound
+    from fsm_agent.submission import frozen_job
     from fsm_agent.temporal.service import connect, start
-    from fsm_agent.temporal.setup import Submission
+    from fsm_agent.temporal.setup import submission
 
     job = frozen_job(machine, task, budgets, run_id=run_id, secret_env=secret_env)
     with journal_store(db) as store:  # the journal the workers write to: there, and free
@@ -66,7 +66,7 @@ def submit_run(
 
     async def go() -> None:
         client = await connect(_address(address), db)
-        await start(client, Submission(job))
+        await start(client, submission(job))
 
     _refused(go)
     return job.run_id

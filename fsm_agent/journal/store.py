@@ -132,18 +132,10 @@ class Control:
     at: str
 
 
-JobStatus = Literal["queued", "leased", "done", "cancelled"]
-
-
 @attrs.frozen
 class Job:
-    """A run waiting in the store's queue (`fsm-agent submit`) for a worker to lease it.
-
-    The declaration's text and the budgets are frozen at submit time; the run's id is the
-    job's. A lease (`owner`, `lease_until` in epoch seconds of the store's clock) is renewed
-    by its worker's heartbeat; an expired lease makes the job leasable again, and the next
-    worker continues the run under the resume rules.
-    """
+    """A run as `fsm-agent submit` starts it (`fsm_agent.submission.frozen_job`): the
+    declaration's text and the budgets frozen at submit time; the run's id is the job's."""
 
     run_id: str
     machine: str
@@ -151,12 +143,6 @@ class Job:
     task: str
     budgets: Budgets
     submitted_at: str
-    status: JobStatus = "queued"
-    owner: str | None = None
-    lease_until: float | None = None
-    attempts: int = 0
-    #: why a person took it out of the queue (`fsm-agent dequeue`): who, when, why
-    note: str | None = None
 
 
 @attrs.frozen
@@ -300,46 +286,6 @@ class Store(Protocol):
 
     def run_ids(self) -> list[str]:
         """Every run id in the journal, oldest first."""
-        ...
-
-    # --- the run queue ---------------------------------------------------------------------
-
-    def enqueue(self, job: Job) -> None:
-        """Add a queued job; refuse (`JournalError`) a run id already queued or journaled."""
-        ...
-
-    def lease_job(self, owner: str, lease_s: float) -> Job | None:
-        """Atomically take the oldest job that is queued or whose lease has expired: it
-        becomes `leased` by `owner` until now + `lease_s`, its `attempts` counted. None when
-        there is none. Two callers never get the same job while its lease holds."""
-        ...
-
-    def renew_lease(self, run_id: str, owner: str, lease_s: float) -> bool:
-        """Extend `owner`'s lease on a job to now + `lease_s`; False if `owner` no longer
-        holds it (it expired and another worker leased it, or it was released)."""
-        ...
-
-    def release_job(self, run_id: str, owner: str, status: Literal["queued", "done"]) -> bool:
-        """Give a leased job back (`queued`: another worker may continue it) or mark it
-        `done`; False if `owner` no longer holds it."""
-        ...
-
-    def dequeue_job(self, run_id: str, note: str) -> JobStatus | None:
-        """Take a job out of the queue by a person's hand, if it is queued or its lease has
-        expired: `cancelled` when its run never started, `done` when it did (the run waits
-        for `fsm-agent resume`). None when the job is not there, is leased, or is done."""
-        ...
-
-    def jobs(self, status: JobStatus | None = None, limit: int | None = None) -> list[Job]:
-        """The queue, oldest first, optionally of one status, at most `limit` jobs."""
-        ...
-
-    def job_counts(self) -> dict[JobStatus, int]:
-        """How many jobs the queue holds of each status (statuses with none are left out)."""
-        ...
-
-    def job(self, run_id: str) -> Job | None:
-        """The queue's job for `run_id`, or None if the run was never queued."""
         ...
 
     def import_run(self, run: RunRow, events: Sequence[Event], record: HaltRecord | None) -> None:

@@ -46,12 +46,7 @@ def queue_pause(store: Store, run_id: str, who: str | None, why: str) -> int:
     (`InvalidInputError`) for a run that is not running."""
     run = store.get_run(run_id)
     if run.status != "running":
-        job = store.job(run_id)
-        queued = job is not None and job.status == "queued"
-        hint = f" (it waits in the run queue: `fsm-agent dequeue {run_id}` takes it out)"
-        raise InvalidInputError(
-            f"run {run_id} is {run.status}; only a running run pauses" + (hint if queued else "")
-        )
+        raise InvalidInputError(f"run {run_id} is {run.status}; only a running run pauses")
     return store.add_control(signed_control(run_id, "pause", {}, who, why))
 
 

@@ -215,10 +215,9 @@ def _outcome(name: str, args: dict[str, Any], call: CallResult, secrets: Redacto
             error=f"finished after {ms} ms, past its deadline (inline: it could not be"
             " interrupted); its result is refused"
             if late
-            else f"no result within {ms} ms; {call.fate}; its side effect is unknown"
-            if (call.fate or "").startswith("lost")
-            else f"no result within {ms} ms; {call.fate} at the deadline; its side effect"
-            " is unknown",
+            else f"no result within {ms} ms; {call.fate}"
+            + (" at the deadline" if call.fate in ("abandoned", "killed") else "")
+            + "; its side effect is unknown",
         )
     if call.status == "error":
         err = call.error

@@ -123,7 +123,8 @@ def waiting_for(run: RunRow) -> str | None:
 
 def check_resumable(run: RunRow, *, lease_held: bool = False) -> None:
     """Refuse a run that has halted, or whose process may still be running it (unless the
-    caller holds the run's queue lease: an expired lease is the proof the owner is gone)."""
+    caller holds the run by other means: Temporal runs one workflow per run id, so the
+    workflow that takes a run Temporal owned is its only driver)."""
     if run.status == "halted":
         reason = run.halt_reason.value if run.halt_reason else "?"
         awaits = waiting_for(run)
@@ -178,23 +179,6 @@ def claim_run(store: Store, run: RunRow, head: str) -> None:
     )
 
 
-def _check_not_queued(store: Store, run_id: str) -> None:
-    """Refuse to resume by hand a run the run queue still holds: a worker continues it (or
-    is driving it), and two drivers would both make its next calls."""
-    job = store.job(run_id)
-    if job is None or job.status == "done":
-        return
-    if job.status == "leased":
-        hint = (
-            f"leased by {job.owner}; to take it over by hand, take it out of the queue first:"
-            f" `fsm-agent pause {run_id}` while that worker drives it, or"
-            f" `fsm-agent dequeue {run_id}` once the worker is gone and its lease has expired"
-        )
-    else:
-        hint = "queued: a queue worker continues it (`fsm-agent worker`)"
-    raise InvalidInputError(f"run {run_id} is in the run queue, {hint}")
-
-
 def load_resumable(
     store: Store, run_id: str, *, lease_held: bool = False
 ) -> tuple[RunRow, MachineSpec, list[Event], str]:
@@ -202,8 +186,6 @@ def load_resumable(
     a run that cannot be resumed or whose hash chain does not verify."""
     run = store.get_run(run_id)
     check_resumable(run, lease_held=lease_held)
-    if not lease_held:
-        _check_not_queued(store, run_id)
     spec, events, head = verified(store, run)
     return run, spec, events, head
 
@@ -367,8 +349,8 @@ class Resumption(Halting):
     control_seen: int
     resuming: bool
     last_halt: HaltReason | None
-    #: True when this process took the run with `claim_run` (a resume by hand); a queue
-    #: worker holds the run's lease instead
+    #: True when this process took the run with `claim_run` (a resume by hand, or a
+    #: Temporal worker's load)
     claimed: bool = False
     #: True when a person's decision (its `decided` event already journaled) took the run
     #: over (`fsm_agent.runtime.decisions`); with the budget edge that tripped entering its

@@ -32,7 +32,6 @@ from fsm_agent.errors import (
     Interrupted,
     InvalidInputError,
     JournalError,
-    RunAbandoned,
     RunPaused,
 )
 from fsm_agent.halt import HaltReason
@@ -220,7 +219,6 @@ def resume_run(
     trace_copy: str | os.PathLike[str] | None = None,
     repair: Callable[[Any], Any] | None = None,
     judge: Callable[[Snapshot], Any] | None = None,
-    lease_held: bool = False,
     secret_env: Sequence[str] = (),
 ) -> HaltRecord:
     """Continue an interrupted or paused run from its last committed transition; return
@@ -232,16 +230,14 @@ def resume_run(
     while nothing ran the run is not counted. Raises `InvalidInputError` for a run that has
     halted, may still be running, or whose journal does not verify, and for one another
     process took first (two resumes at once: one wins, the other is refused naming the
-    run's holder, pid@host, and has done nothing). `lease_held`: the
-    caller holds the run's queue lease, so its previous owner's lease expired (a queue
-    worker taking a run over); whether that process is alive is not asked. `secret_env`
-    as for `run` (give it again: what is secret is not journaled).
+    run's holder, pid@host, and has done nothing). `secret_env` as for `run` (give it
+    again: what is secret is not journaled).
     """
     secrets = run_secrets(secret_env, model)
     check_run_outputs(store, record_path, trace_copy)
     opened, owned = open_store(store)
     try:
-        row, spec, events, head = load_resumable(opened, run_id, lease_held=lease_held)
+        row, spec, events, head = load_resumable(opened, run_id)
         ctx = restore_context(
             spec,
             row,
@@ -263,9 +259,8 @@ def resume_run(
             None if trace_copy is None else Path(trace_copy),
         )
         worker.take_over(row, events, head)
-        if not lease_held:  # one driver per run: the queue's lease, or else this claim
-            claim_run(opened, row, head)
-            worker.claimed = True
+        claim_run(opened, row, head)  # one driver per run
+        worker.claimed = True
         return worker.execute()
     finally:
         if owned:
@@ -335,8 +330,6 @@ class Worker(Resumption, OperatorControls):
         any more, a journal that failed, a real Ctrl-C)."""
         if isinstance(exc, RunPaused):
             self.store.mark_run(self.run_id, "paused", None, None)
-            raise exc
-        if isinstance(exc, RunAbandoned):  # not ours any more: nothing is written, not a record
             raise exc
         if isinstance(exc, Interrupted):
             if self.gate.taken_over:  # its callback still runs on the fenced driver

@@ -145,7 +145,8 @@ class Activities:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
-        return wire.dumps(wire.portable_result(result))
+        secrets = current().secrets  # nothing secret reaches Temporal or the payload table
+        return wire.dumps(wire.portable_result(wire.redacted_result(result, secrets)))
 
 
 async def _heartbeat() -> None:
@@ -177,8 +178,8 @@ def _callable(name: str) -> Any:
     raise LookupError(f"no such call {name!r}")
 
 
-def lost(elapsed_ms: int) -> CallResult:
-    """A call whose worker was lost (no heartbeat, or past Temporal's own timeout): no result,
-    its effect unknown — a timeout the runtime's rules decide on."""
-    return CallResult(status="timeout", elapsed_ms=elapsed_ms,
-                      fate="lost with its worker (no heartbeat)")  # fmt: skip
+def lost(elapsed_ms: int, why: str) -> CallResult:
+    """A call whose activity failed (its worker lost, Temporal's own timeout, its result not
+    delivered): no result, its effect unknown — a timeout the runtime's rules decide on.
+    `why` says which, in the outcome's text."""
+    return CallResult(status="timeout", elapsed_ms=elapsed_ms, fate=why)

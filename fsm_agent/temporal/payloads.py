@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import sqlite3
 import threading
+import time
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +27,8 @@ from fsm_agent.stores.dsn import is_dsn, redact_dsn
 
 #: A payload up to this many bytes stays in the history as it is.
 INLINE_MAX = 512
+#: How long a payload's write or read is asked again while the database does not answer.
+RETRY_S = 30.0
 ENCODING = b"binary/fsm-agent-payload-ref"
 _TABLE = (
     "CREATE TABLE IF NOT EXISTS temporal_payloads"
@@ -81,15 +84,25 @@ class PayloadTable:
         return data
 
     def _do(self, act: Any) -> Any:
+        """`act` on the connection; a database that went away (a restart, a failover) is
+        connected to again and asked again, for up to `RETRY_S`: a call's result is written
+        here the moment the call returns, and a result that cannot be written is a call
+        whose outcome the run never learns."""
+        give_up = time.monotonic() + RETRY_S
+        pause = 0.1
         with self._lock:
-            try:
-                return act(self._connect())
-            except JournalError:
-                raise
-            except Exception as exc:  # a database that went away: connect again next time
-                self.close()
-                raise JournalError(f"payload table: {type(exc).__name__}: {exc}",
-                                   path=redact_dsn(self.location)) from exc  # fmt: skip
+            while True:
+                try:
+                    return act(self._connect())
+                except JournalError:
+                    raise
+                except Exception as exc:
+                    self.close()
+                    if time.monotonic() + pause > give_up:
+                        raise JournalError(f"payload table: {type(exc).__name__}: {exc}",
+                                           path=redact_dsn(self.location)) from exc  # fmt: skip
+                    time.sleep(pause)
+                    pause = min(pause * 2, 2.0)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

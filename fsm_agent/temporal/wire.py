@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from fsm_agent.redaction import Redactor
 from fsm_agent.runtime.deadline import Call, CallResult, Isolation
 
 #: Modules whose every class may be unpickled.
@@ -151,3 +152,47 @@ def portable_result(result: CallResult) -> CallResult:
         return attrs.evolve(result, value=to_result(result.value))
     except Exception as exc:
         return attrs.evolve(result, status="error", value=None, error=portable_error(exc))
+
+
+def redacted(value: Any, secrets: Redactor, _depth: int = 0) -> Any:
+    """`value` with `secrets` redacted from every string in it, fsm-agent's own attrs
+    classes (a `ModelReply`, a `ToolResult`) and containers included, numbers kept: what a
+    call returned, before it crosses into Temporal's history or the payload table (the
+    run redacts it again on its side, as in one process)."""
+    if not secrets or _depth > 200:
+        return value
+    if isinstance(value, str | bytes):
+        return secrets.value(value)
+    if isinstance(value, Mapping):
+        return {redacted(k, secrets, _depth + 1): redacted(v, secrets, _depth + 1)
+                for k, v in value.items()}  # fmt: skip
+    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+        items = [redacted(v, secrets, _depth + 1) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if attrs.has(type(value)):
+        changes = {}
+        for field in attrs.fields(type(value)):
+            if field.init:
+                old = getattr(value, field.name)
+                new = redacted(old, secrets, _depth + 1)
+                if new is not old and new != old:
+                    changes[field.name.lstrip("_")] = new
+        return attrs.evolve(value, **changes) if changes else value
+    return value
+
+
+def redacted_result(result: CallResult, secrets: Redactor) -> CallResult:
+    """A call's result with `secrets` redacted from its value and its error's message."""
+    if not secrets:
+        return result
+    error = result.error
+    if error is not None:
+        message = str(error)
+        said = secrets.text(message)
+        if said != message:
+            from fsm_agent.runtime.tools import ToolError
+
+            retryable = bool(getattr(error, "retryable", False))
+            error = (ToolError(said, retryable=retryable) if isinstance(error, ToolError)
+                     else remote_error(type(error).__name__, said, retryable))  # fmt: skip
+    return attrs.evolve(result, value=redacted(result.value, secrets), error=error)

@@ -32,18 +32,23 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TimeoutType,
+)
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     import attrs
 
     from fsm_agent.declaration.load import parse_machine
     from fsm_agent.errors import Interrupted, JournalError, RunPaused
-    from fsm_agent.queue.submission import queued_spec
-    from fsm_agent.redaction import run_secrets
     from fsm_agent.runtime.deadline import Call, CallResult
     from fsm_agent.runtime.resume import restore_context
     from fsm_agent.runtime.worker import Worker, new_context
+    from fsm_agent.submission import declared_spec
     from fsm_agent.temporal import port, wire
     from fsm_agent.temporal.activities import (
         CALL,
@@ -135,8 +140,15 @@ class RunWorkflow:
             )
         )  # fmt: skip
         self.port = journal = port.JournalPort(job.run_id, opened.location, opened.controls)
+        spec = declared_spec(job)
+        if spec.policy is not None and given.control is None:
+            raise ApplicationError(
+                f"run {job.run_id}: its machine declares a halt policy, but it was submitted"
+                " without its control plane (start it with fsm_agent.temporal.setup.submission)",
+                non_retryable=True,
+            )
         ctx, run_id = new_context(
-            queued_spec(job), task=job.task, model=setup.model, tools=setup.tools,
+            spec, task=job.task, model=setup.model, tools=setup.tools, control=given.control,
             budgets=attrs.asdict(job.budgets), clock=workflow.time, run_id=job.run_id,
             repair=setup.repair, judge=setup.judge, secret_env=setup.secret_env,
             allow=setup.allow, halt_lane=given.halt_lane, thrash_limit=given.thrash_limit,
@@ -162,7 +174,7 @@ class RunWorkflow:
             model=setup.model, tools=setup.tools, clock=workflow.time, repair=setup.repair,
             judge=setup.judge,
         )  # fmt: skip
-        ctx.secrets = run_secrets(setup.secret_env, setup.model)
+        ctx.secrets = setup.secrets
         worker = Worker(ctx, journal, run_id, None, None, False, None, _wall)  # type: ignore[arg-type]
         worker.take_over(row, loaded.events, loaded.head)
         worker.claimed = True
@@ -264,9 +276,18 @@ class RunWorkflow:
         except ActivityError as exc:
             if isinstance(exc.cause, CancelledError):  # the workflow's cancel, not a loss
                 raise asyncio.CancelledError from None
-            return lost(int((workflow.time() - begun) * 1000))
+            return lost(int((workflow.time() - begun) * 1000), _why_lost(exc.cause))
         result: CallResult = wire.loads(answer)
         return result
+
+
+def _why_lost(cause: BaseException | None) -> str:
+    """What became of a call whose activity failed, in a few words, for its outcome's text."""
+    if isinstance(cause, ActivityTimeout):
+        if cause.type == TimeoutType.HEARTBEAT:
+            return "lost with its worker (no heartbeat)"
+        return f"past Temporal's own timeout ({cause.type.name.lower() if cause.type else '?'})"
+    return f"its activity failed ({_cause(cause) if cause is not None else 'no cause given'})"
 
 
 def _cause(exc: BaseException) -> str:

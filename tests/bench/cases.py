@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.bench import baselines, declarations, peers, processes, runtime, scaling, workers
+from tests.bench import baselines, declarations, peers, pg, processes, runtime, scaling
 from tests.bench.checklist import HELP, IMPORT, OVERSHOOT, POSTGRES, PYTHON, REPLAY
 from tests.bench.scaling import Scale
 from tests.bench.workload import Scratch, Workload
@@ -25,12 +25,8 @@ class Plan:
     startup_repeats: int
     scratch: Scratch
     replay: runtime.ReplayJournal | None
-    #: one of the few rounds that measure the costly cases (queues, PostgreSQL)
+    #: one of the few rounds that measure the costly cases (PostgreSQL)
     sparse: bool = False
-    #: runs a worker-scaling measurement submits (0: none, as in the warm-up)
-    worker_runs: int = 0
-    #: model calls per run in the worker-scaling measurement
-    worker_steps: int = workers.STEPS
     #: the scaling sizes measured this round (each in a child process)
     scale_sizes: tuple[int, ...] = ()
 
@@ -48,10 +44,6 @@ def _always(plan: Plan) -> bool:
 
 def _sparse(plan: Plan) -> bool:
     return plan.sparse
-
-
-def _queues_wanted(plan: Plan) -> bool:
-    return plan.sparse and plan.worker_runs > 0
 
 
 @dataclass(frozen=True)
@@ -133,24 +125,12 @@ def _declarations(plan: Plan) -> Measured:
     return {declarations.METRIC: [declarations.copies(plan.scratch)]}
 
 
-def _queue_sqlite(plan: Plan) -> Measured:
-    return workers.scaling("sqlite", plan.worker_runs, plan.scratch, plan.worker_steps)
-
-
-def _queue_postgres(plan: Plan) -> Measured:
-    return workers.scaling("postgres", plan.worker_runs, plan.scratch, plan.worker_steps)
-
-
 def _langgraph(plan: Plan) -> Measured:
     return {"LangGraph": [peers.langgraph(plan.workload, plan.scratch)]}
 
 
 def _burr(plan: Plan) -> Measured:
     return {"Burr": [peers.burr(plan.workload, plan.scratch)]}
-
-
-def _queues(backend: str) -> tuple[str, ...]:
-    return tuple(workers.metric(backend, n) for n in workers.WORKER_COUNTS)
 
 
 STARTUP = (PYTHON, IMPORT, HELP)
@@ -161,7 +141,7 @@ CASES = (
     Case("fsm-agent-inline", ("fsm-agent inline",), _inline),
     Case("floor-full", ("floor FULL",), _floor_full),
     Case("fsm-agent-durable", ("fsm-agent durable",), _durable),
-    Case("fsm-agent-postgres", (POSTGRES,), _postgres, workers.pg_missing, wanted=_sparse),
+    Case("fsm-agent-postgres", (POSTGRES,), _postgres, pg.pg_missing, wanted=_sparse),
     Case("replay", (REPLAY,), _replay),
     Case("overshoot", (OVERSHOOT,), _overshoot, wanted=lambda plan: plan.overshoot_runs > 0),
     Case("startup", STARTUP, _startup),
@@ -170,7 +150,4 @@ CASES = (
     Case("declarations", (declarations.METRIC,), _declarations),
     Case("langgraph", ("LangGraph",), _langgraph, peers.langgraph_missing),
     Case("burr", ("Burr",), _burr, peers.burr_missing),
-    Case("queue-sqlite", _queues("sqlite"), _queue_sqlite, wanted=_queues_wanted),
-    Case("queue-postgres", _queues("postgres"), _queue_postgres, workers.pg_missing,
-         wanted=_queues_wanted),
 )  # fmt: skip

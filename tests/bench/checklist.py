@@ -17,7 +17,7 @@ base (1,000); `--smoke` runs tiny sizes, so its scaling lines compare those inst
 
 from __future__ import annotations
 
-from tests.bench import declarations, scaling, workers
+from tests.bench import declarations, scaling
 from tests.bench.report import Metric, Target
 from tests.bench.scaling import Scale
 
@@ -56,16 +56,6 @@ def metrics(scale: Scale) -> tuple[Metric, ...]:
         Metric(PYTHON, "ms"),
         Metric(IMPORT, "ms", (PYTHON,)),
         Metric(HELP, "ms", (PYTHON,)),
-        *(
-            Metric(
-                workers.metric(backend, n),
-                "transitions/s",
-                () if n == 1 else (workers.metric(backend, 1),),
-                fmt="{:,.0f}",
-            )
-            for backend in ("sqlite", "postgres")
-            for n in workers.WORKER_COUNTS
-        ),
     )
 
 

@@ -25,17 +25,16 @@ one process); `replay` (`SqliteStore.events` + `replay_events` of the replay jou
 bytes per transition; see `scaling.py`); `declarations` (how many times a journal stores
 one declaration after 5 runs of it; see `declarations.py`); the peers `langgraph` and
 `burr` (µs per step; skipped unless the `bench` extra is installed; see `peers.py` for
-how a Burr step pairs with one of our transitions); `queue-sqlite` and `queue-postgres`
-(aggregate transitions per second of 1, 2 and 4 `fsm-agent worker` processes on one
-journal; see `workers.py`). The PostgreSQL cases need a DSN in FSM_AGENT_BENCH_PG or
-FSM_AGENT_TEST_PG.
+how a Burr step pairs with one of our transitions). The PostgreSQL case needs a DSN in
+FSM_AGENT_BENCH_PG or FSM_AGENT_TEST_PG (`pg.py`). Workers on Temporal are measured by
+`python -m tests.bench.temporal`.
 
 Every case runs in this one process, interleaved round by round — forward on even rounds,
 backward on odd ones (A B … B A), after a warm-up round at small sizes whose figures are
-discarded (the warm-up runs no queue and no scaling case: those start fresh processes). A
+discarded (the warm-up runs no scaling case: those start fresh processes). A
 few cases cost seconds a sample and are measured in fewer rounds, spread evenly over the
 run: the scaling runs of 10,000 transitions in 5 rounds and of 100,000 in 3 (sizes up to
-1,000 in every round), the queue and PostgreSQL cases in 5. The table shows medians, the
+1,000 in every round), the PostgreSQL case in 5. The table shows medians, the
 max, the spread (max/min) and ratios against the baselines measured in the same run,
 paired by round; then the targets as a checklist (`checklist.py`), each with its figure
 and its bound. Absolute times on a shared machine are noise; the ratios are the result.
@@ -78,11 +77,8 @@ class Settings:
     smoke: bool
     #: the scaling rows: sizes, in how many rounds each, and the size compared with
     scale: Scale = field(default_factory=lambda: Scale.of(scaling.SIZES))
-    #: worker scaling: runs submitted per measurement, model calls per run
-    worker_runs: int = 80
-    worker_steps: int = 10
-    #: in how many of the rounds (spread evenly) the costly cases are measured: the queue
-    #: cases (seconds of process start-up each) and the PostgreSQL store (ms a transition)
+    #: in how many of the rounds (spread evenly) the costly case is measured: the
+    #: PostgreSQL store (ms a transition)
     sparse_rounds: int = 5
 
 
@@ -91,7 +87,7 @@ FULL = Settings(
 )
 SMOKE = Settings(
     transitions=60, rounds=1, long=300, overshoot_runs=2, startup_repeats=1, smoke=True,
-    scale=Scale.of((30, 100, 300)), worker_runs=8, worker_steps=2, sparse_rounds=1,
+    scale=Scale.of((30, 100, 300)), sparse_rounds=1,
 )  # fmt: skip
 
 
@@ -146,7 +142,7 @@ def measure_all(cases: Sequence[Case], settings: Settings, scratch: Scratch) -> 
         _note(f"preparing the replay journal ({settings.long:,} transitions) ...")
         replay = runtime.make_replay_journal(Workload.of(settings.long), scratch)
     small = Workload.of(min(settings.transitions, 300))
-    warm = Plan(small, 1, 1, scratch, replay, sparse=True, worker_runs=0)
+    warm = Plan(small, 1, 1, scratch, replay, sparse=True)
     _run_round(runnable, warm, "warm-up")
     for index in range(settings.rounds):
         sparse = scaling.spread(index, settings.rounds, settings.sparse_rounds)
@@ -157,8 +153,6 @@ def measure_all(cases: Sequence[Case], settings: Settings, scratch: Scratch) -> 
             scratch=scratch,
             replay=replay,
             sparse=sparse,
-            worker_runs=settings.worker_runs,
-            worker_steps=settings.worker_steps,
             scale_sizes=settings.scale.in_round(settings.rounds, index),
         )
         order = runnable if index % 2 == 0 else runnable[::-1]

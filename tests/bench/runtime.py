@@ -36,7 +36,7 @@ from fsm_agent.runtime.deadline import Isolation
 from fsm_agent.stores import open_store
 from fsm_agent.stores.sqlite import SqliteStore
 from fsm_agent.stores.sqlite_open import Synchronous
-from tests.bench import workers
+from tests.bench import pg
 from tests.bench.workload import TOOL, Scratch, Workload
 
 TASK = "look up every row, then report the receipted one"
@@ -172,7 +172,7 @@ def per_transition_pg(workload: Workload, scratch: Scratch) -> float:
     """µs per journaled transition on the PostgreSQL store (a fresh schema), one process:
     the same run as `per_transition`, the store opened and closed inside the timing."""
     record_path = scratch.fresh("pg-record.json")
-    with workers.pg_journal(scratch) as dsn:
+    with pg.pg_journal(scratch) as dsn:
         record, elapsed = run_loop(workload, functools.partial(open_store, dsn), record_path)
         events = count_events(dsn, record.run_id)
     scratch.discard(record_path)

@@ -1,10 +1,11 @@
-"""The run queue: `submit` puts a run in the store's queue with its declaration and budgets
-frozen; `fsm_agent.queue.worker.QueueWorker` leases and drives the runs.
+"""A run as it is submitted: its declaration and budgets checked and frozen (`frozen_job`),
+and the declaration as its driver reads it back (`declared_spec`, `queued_spec`).
 """
 
 from __future__ import annotations
 
 import datetime
+import importlib.resources
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,17 +17,10 @@ from fsm_agent.errors import (
     InvalidInputError,
     MachineSpecError,
 )
-from fsm_agent.journal.store import Job, Store
+from fsm_agent.journal.store import Job
 from fsm_agent.redaction import env_secrets
 from fsm_agent.run_ids import check_run_id
 from fsm_agent.runtime.budgets import make_budgets
-
-DEFAULT_LEASE_S = 30.0
-DEFAULT_DRAIN_S = 10.0
-DEFAULT_RECORDS = "halt-records"
-#: `who` of the pauses a worker queues (a lost lease, a shutdown); any other pause is a
-#: person's, and the run then waits for `fsm-agent resume` outside the queue.
-WORKER_WHO = "fsm-agent worker"
 
 
 def _reference(machine: str) -> str:
@@ -35,22 +29,6 @@ def _reference(machine: str) -> str:
     if machine.endswith((".yaml", ".yml")) or "/" in machine or "\\" in machine:
         return str(Path(machine).resolve())
     return machine
-
-
-def submit(
-    store: Store,
-    machine: str,
-    task: str,
-    budgets: Mapping[str, int | float | None] | None = None,
-    *,
-    run_id: str | None = None,
-    secret_env: Sequence[str] = (),
-) -> Job:
-    """Queue a run of `machine` (a declared name or a .yaml path) on `task`, frozen by
-    `frozen_job`. Returns the job; its `run_id` is the run's."""
-    job = frozen_job(machine, task, budgets, run_id=run_id, secret_env=secret_env)
-    store.enqueue(job)
-    return job
 
 
 def frozen_job(
@@ -82,6 +60,18 @@ def frozen_job(
         budgets=make_budgets(spec.budgets, budgets),
         submitted_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds"),
     )
+
+
+def declared_spec(job: Job) -> MachineSpec:
+    """The job's declaration parsed from its frozen text, placed where it was submitted
+    from without looking at any file: what a durable workflow decides with (a worker on
+    another host need not have the file, and a replay must not depend on it)."""
+    ref = job.machine
+    if ref.endswith((".yaml", ".yml")) or "/" in ref or "\\" in ref:
+        path = Path(ref)
+    else:
+        path = Path(str(importlib.resources.files("fsm_agent.machines").joinpath(f"{ref}.yaml")))
+    return parse_machine(job.machine_text, source=str(path), home=path.parent)
 
 
 def queued_spec(job: Job) -> MachineSpec:

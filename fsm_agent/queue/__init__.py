@@ -1,1 +1,0 @@
-"""The run queue: submitting runs, and the workers that lease and drive them."""
