@@ -279,3 +279,20 @@ def test_dequeue_refuses_a_run_that_started_on_temporal(server: DevServer, worke
     assert refused.returncode == 2
     assert "has started on Temporal: pause it" in refused.stderr
     status(tmp, run_id, "completed")
+
+
+@pytest.mark.parametrize("command", [["submit", "agent_loop", "--task", "t"], ["queue"]])
+def test_without_the_extra_the_commands_say_how_to_add_it(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """No temporalio installed (hidden from the import system): one line, exit 2, no file."""
+    hide = ("import sys; sys.modules['temporalio'] = None; sys.argv = ['fsm-agent', *sys.argv[1:]];"
+            " from fsm_agent.cli.entry import main; main()")  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", hide, *command, "--db", "j.db"], cwd=tmp_path, env=env(tmp_path),
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'fsm-agent[temporal]'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "j.db").exists()

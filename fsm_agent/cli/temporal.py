@@ -30,7 +30,7 @@ def _sdk() -> None:
         import temporalio  # noqa: F401
     except ModuleNotFoundError:
         raise InvalidInputError(
-            "--temporal needs the Temporal integration: pip install 'fsm-agent[temporal]'"
+            "this runs on Temporal, which needs its integration: pip install 'fsm-agent[temporal]'"
         ) from None
 
 
