@@ -1,10 +1,10 @@
 """What a run on Temporal survives besides its worker: the Temporal server, and the database
 its journal is in, each stopped for real mid-run and started again.
 
-Each test writes a tools module and a worker program into `tmp_path` (as
-`tests.test_temporal_faults` does), starts one real worker process, submits one run from the
-test process (a slow read `lookup`, a side-effecting `charge` that writes a ledger line, the
-answer) and takes the other party away while a call is in flight:
+Each test writes the tools module and the worker program of `tests.temporal_lab` into
+`tmp_path` (as `tests.test_temporal_faults` does), starts one real worker process, submits
+one run from the test process (a slow read `lookup`, a side-effecting `charge` that writes a
+ledger line, the answer) and takes the other party away while a call is in flight:
 
 - the Temporal development server (`DevServer` with a state file) is SIGKILLed, its whole
   process group, and a new one started on the same port and the same state file. The
@@ -27,40 +27,31 @@ ended. Run with `-s` to see what each run's workflow history says of the outage.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from fsm_agent.halt import HaltReason
-from fsm_agent.journal.store import Event
-from fsm_agent.run_ids import RunNotFound
 from fsm_agent.runtime.record import HaltRecord
-from fsm_agent.stores import open_store
-from fsm_agent.submission import frozen_job
 from fsm_agent.temporal.activities import HEARTBEAT_S
 from fsm_agent.temporal.payloads import INLINE_MAX
-from fsm_agent.temporal.service import DevServer, connect, free_port, record_of, result, start
-from fsm_agent.temporal.setup import Submission
+from fsm_agent.temporal.service import DevServer, connect, free_port
 from fsm_agent.temporal.workflow import Outcome
+from tests.temporal_lab import Lab, assert_charge_unknown, assert_contiguous, assert_proven, halted
 
 pytestmark = [pytest.mark.slow, pytest.mark.temporal]
 
 PG_ENV, PG_DEFAULT = "FSM_AGENT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test"
 #: How long the run may take once the other party is back (a loaded 2-core machine).
 AFTER_RESTART_S = 90.0
-#: agent_loop's own budgets must not be what ends a run that waited for a server.
-BUDGETS = {"wall_clock_ms": 180_000, "tool_timeout_ms": 30_000}
 ALLOW = "lookup,charge"
 TASK = "Look up the lab password, then charge 42 and confirm the charge."
 REPLIES = [
@@ -69,114 +60,16 @@ REPLIES = [
     {"answer": "ch_42"},
 ]
 
-TOOLS_MODULE = '''\
-"""The tools of the restart tests: a slow read `lookup`, and `charge`, whose side effect
-(a ledger line) is made at once and its answer given a while later."""
 
-import os
-import time
+class RestartLab(Lab):
+    """The lab of one run of `REPLIES` (its tools logging each answer too, `looked up Q` and
+    `charged N`), and the Temporal servers it started."""
 
-from fsm_agent.runtime.receipts import Receipt
-from fsm_agent.runtime.tools import ToolRegistry, ToolResult
+    log_answers = True
 
-TOOLS = ToolRegistry()
-
-
-def log(line):
-    with open(os.environ["RESTART_CALLS"], "a", encoding="utf-8") as f:
-        f.write(f"{os.getpid()} {time.monotonic():.3f} {line}\\n")
-
-
-@TOOLS.tool(side_effect=False)
-def lookup(q: str = "") -> ToolResult:
-    """A slow read: the fact, with its receipt."""
-    log(f"lookup {q}")
-    time.sleep(float(os.environ.get("RESTART_LOOKUP_SLEEP_S", "2")))
-    log(f"looked up {q}")
-    return ToolResult(
-        receipts=(Receipt(status=200, id="fact:lab password"),), observation={"fact": "swordfish"}
-    )
-
-
-@TOOLS.tool()
-def charge(amount: int) -> ToolResult:
-    """Charge `amount`: one ledger line, then the answer (RESTART_CHARGE_PAD characters of
-    note in it) a while later."""
-    log(f"charge {amount}")
-    with open(os.environ["RESTART_LEDGER"], "a", encoding="utf-8") as f:
-        f.write(f"{os.getpid()} charged {amount}\\n")
-        f.flush()
-        os.fsync(f.fileno())
-    time.sleep(float(os.environ.get("RESTART_CHARGE_SLEEP_S", "2")))
-    log(f"charged {amount}")
-    charge_id = f"ch_{amount}"
-    note = "x" * int(os.environ.get("RESTART_CHARGE_PAD", "0"))
-    return ToolResult(
-        receipts=(Receipt(status=200, id=charge_id, idempotency_key=f"charge-{amount}"),),
-        observation={"charged": amount, "charge_id": charge_id, "note": note},
-    )
-'''
-
-WORKER_PROGRAM = '''\
-"""One Temporal worker process: `python restart_worker.py ADDRESS JOURNAL SCRIPT ALLOW`."""
-
-import asyncio
-import sys
-
-from fsm_agent import ScriptedModel, load_tools
-from fsm_agent.stores import open_store
-from fsm_agent.temporal.service import serve
-from fsm_agent.temporal.setup import Setup
-
-from restart_tools import log
-
-
-class LoggedModel(ScriptedModel):
-    """The scripted replies, each call logged (pid, step)."""
-
-    isolation = "thread"
-
-    def __call__(self, prompt):
-        log(f"model {prompt.step}")
-        return super().__call__(prompt)
-
-
-address, journal, script, allow = sys.argv[1:5]
-setup = Setup(
-    journal=journal,
-    model=LoggedModel.from_file(script),
-    tools=load_tools("restart_tools"),
-    allow=tuple(allow.split(",")),
-)
-log("serving")
-try:
-    asyncio.run(serve(address, setup, open_store(journal)))
-except BaseException as exc:
-    log(f"worker ended: {type(exc).__name__}: {exc}")
-    raise
-'''
-
-
-class Lab:
-    """One test's files, environment, worker process and Temporal servers."""
-
-    def __init__(self, tmp_path: Path, journal: str) -> None:
-        self.dir = tmp_path
-        self.journal = journal
-        self.ledger = tmp_path / "ledger.txt"
-        self.calls = tmp_path / "calls.txt"
-        self.script = tmp_path / "replies.json"
-        self.script.write_text(json.dumps(REPLIES), encoding="utf-8")
-        (tmp_path / "restart_tools.py").write_text(TOOLS_MODULE, encoding="utf-8")
-        (tmp_path / "restart_worker.py").write_text(WORKER_PROGRAM, encoding="utf-8")
-        self.env = dict(os.environ)
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
-        )
-        self.env.update(RESTART_LEDGER=str(self.ledger), RESTART_CALLS=str(self.calls))
-        self.procs: list[subprocess.Popen[bytes]] = []
+    def __init__(self, tmp_path: Path, journal: str | None = None) -> None:
+        super().__init__(tmp_path, REPLIES, journal)
         self.servers: list[DevServer] = []
-        open_store(journal).close()  # the journal exists before any worker opens it
 
     def server(self, port: int, state: Path | None = None) -> DevServer:
         """A Temporal development server on `port`, its state in `state` (else in memory)."""
@@ -185,47 +78,10 @@ class Lab:
         self.servers.append(dev)
         return dev.start(timeout_s=90.0)
 
-    def worker(self, address: str, **env: str) -> subprocess.Popen[bytes]:
-        log = open(self.dir / "worker.log", "ab")  # noqa: SIM115 - the child's
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, str(self.dir / "restart_worker.py"), address, self.journal,
-                 str(self.script), ALLOW],
-                env={**self.env, **env}, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-        finally:
-            log.close()
-        self.procs.append(proc)
-        return proc
-
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        super().close()
         for dev in self.servers:
             dev.stop()
-
-    def lines(self, path: Path) -> list[str]:
-        return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-
-    def called(self) -> list[str]:
-        """The calls made, as `PID WHAT` (the time each was logged at left out)."""
-        logged = (c.split(" ", 2) for c in self.lines(self.calls))
-        return [f"{pid} {what}" for pid, _, what in logged]
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')[-6000:]}"
-            for p in sorted(self.dir.glob("*.log"))
-        )
-
-    def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "fsm_agent", *argv, "--db", self.journal],
-            env=self.env, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -234,40 +90,12 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     assert proc.wait(10) == -signal.SIGKILL
 
 
-def wait_for(what: str, done: Callable[[], bool], timeout_s: float, lab: Lab) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout_s} s\n{lab.logs()}")
-        for proc in lab.procs:
-            if proc.poll() is not None:
-                pytest.fail(f"the worker exited ({proc.returncode}) while {what}\n{lab.logs()}")
-        time.sleep(0.05)
-
-
-def journal_events(journal: str, run_id: str) -> list[Event]:
-    store = open_store(journal, read_only=True)
-    try:
-        return store.events(run_id)
-    except RunNotFound:
-        return []
-    finally:
-        store.close()
-
-
-async def submit(address: str, journal: str) -> str:
-    job = frozen_job("agent_loop", TASK, BUDGETS)
-    client = await connect(address, journal)
-    await start(client, Submission(job))
-    return job.run_id
-
-
-async def outcome_of(address: str, journal: str, run_id: str) -> tuple[Outcome, list[str]]:
+async def outcome_and_history(lab: Lab, address: str, run_id: str) -> tuple[Outcome, list[str]]:
     """The run's outcome (from a client connected now), and what its workflow history says
     of each activity attempt, each retried workflow task and each failure, with its time
     since the workflow started (`journal #2 @12.3s <its last failure>`)."""
-    client = await connect(address, journal)
-    outcome = await asyncio.wait_for(result(client, run_id), AFTER_RESTART_S)
+    outcome = await lab.outcome(address, run_id, AFTER_RESTART_S)
+    client = await connect(address, lab.journal)
     said: list[str] = []
     names: dict[int, str] = {}
     first: float | None = None
@@ -295,28 +123,15 @@ async def outcome_of(address: str, journal: str, run_id: str) -> tuple[Outcome, 
 def assert_run(lab: Lab, run_id: str, outcome: Outcome) -> HaltRecord:
     """The run's record: a named halt, one charge (made by the one worker), the journal's
     events contiguous, the run verified and its halt proven by replay."""
-    record = record_of(outcome)
-    assert outcome.paused is None
-    assert record is not None, outcome
+    record = halted(outcome)
     assert isinstance(record.halt_reason, HaltReason), record
     [worker] = lab.procs
     assert lab.lines(lab.ledger) == [f"{worker.pid} charged 42"], lab.lines(lab.ledger)
     assert lab.called().count(f"{worker.pid} charge 42") == 1, lab.called()
     assert {c.split()[0] for c in lab.called()} == {str(worker.pid)}, lab.called()
 
-    events = journal_events(lab.journal, run_id)
-    assert [e.seq for e in events] == list(range(len(events)))
-    assert events[0].kind == "started"
-    for before, after in itertools.pairwise(events):
-        assert after.source == before.dest, (before, after)
-    assert events[-1].halt is record.halt_reason
-    assert record.started_at == events[0].wall_time
-
-    verified = lab.cli("verify", run_id)
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    replayed = lab.cli("replay", run_id)
-    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    assert f"halt {record.halt_reason.value} proven" in replayed.stdout, replayed.stdout
+    assert_contiguous(lab.events(run_id), record)
+    assert_proven(lab, run_id, record.halt_reason)
     return record
 
 
@@ -331,18 +146,12 @@ def assert_completed(record: HaltRecord, lab: Lab) -> None:
     ], record.tool_calls
 
 
-def assert_charge_unknown(record: HaltRecord) -> None:
-    """charge's answer never reached the run: its effect unknown, named, never re-issued."""
-    assert record.halt_reason is HaltReason.TOOL_TIMEOUT, record
-    assert record.terminal_state == "budget_exhausted"
-    assert record.grounded_by == ()
-    assert "ch_42" not in (record.answer or ""), record.answer
-    lookup, charge = record.tool_calls
+def assert_lookup_then_charge_unknown(record: HaltRecord) -> None:
+    """lookup returned; charge's answer never reached the run: its effect unknown, named,
+    never re-issued."""
+    assert_charge_unknown(record)
+    lookup, _ = record.tool_calls
     assert (lookup.name, lookup.status) == ("lookup", "returned")
-    assert (charge.name, charge.status, charge.receipts) == ("charge", "timed_out", ())
-    assert charge.outcome_unknown, charge
-    assert len(record.unreceipted) == 1, record.unreceipted
-    assert "charge" in record.unreceipted[0], record.unreceipted
 
 
 # --- the Temporal server --------------------------------------------------------------------
@@ -361,24 +170,23 @@ SERVER_CUTS = {
 
 @pytest.mark.parametrize("cut", list(SERVER_CUTS))
 def test_temporal_server_killed_and_restarted_mid_run(tmp_path: Path, cut: str) -> None:
-    here = Lab(tmp_path, str(tmp_path / "journal.db"))
     port, state = free_port(), tmp_path / "temporal.db"
     begun, ended, down_s = SERVER_CUTS[cut]
-    try:
+    with RestartLab(tmp_path) as here:
         first = here.server(port, state)
-        worker = here.worker(first.address, RESTART_LOOKUP_SLEEP_S="2", RESTART_CHARGE_SLEEP_S="2")
-        run_id = asyncio.run(submit(first.address, here.journal))
-        wait_for(begun, lambda: f"{worker.pid} {begun}" in here.called(), 60, here)
+        worker = here.worker(first.address, ALLOW, LAB_LOOKUP_SLEEP_S="2", LAB_CHARGE_SLEEP_S="2")
+        run_id = asyncio.run(here.submit(first.address, TASK))
+        here.wait_for(begun, lambda: f"{worker.pid} {begun}" in here.called(), 60)
         assert first.proc is not None
         kill_group(first.proc)  # the server, and anything it started
         killed = time.monotonic()
-        wait_for(ended, lambda: f"{worker.pid} {ended}" in here.called(), 30, here)
+        here.wait_for(ended, lambda: f"{worker.pid} {ended}" in here.called(), 30)
         time.sleep(down_s)  # the call answered while no server listened
         assert worker.poll() is None, f"the worker died with the server\n{here.logs()}"
 
         second = here.server(port, state)  # the same port, the same state
         back = time.monotonic()
-        outcome, history = asyncio.run(outcome_of(second.address, here.journal, run_id))
+        outcome, history = asyncio.run(outcome_and_history(here, second.address, run_id))
         print(f"\n[server {cut}] down {back - killed:.1f} s, the run done"
               f" {time.monotonic() - back:.1f} s after; history: {history}")  # fmt: skip
 
@@ -387,14 +195,12 @@ def test_temporal_server_killed_and_restarted_mid_run(tmp_path: Path, cut: str) 
         timed_out = "activity_task_timed_out" in " ".join(history)
         lookups = here.called().count(f"{worker.pid} lookup lab password")
         if cut == "charge-long" and record.halt_reason is not HaltReason.COMPLETED:
-            assert_charge_unknown(record)
+            assert_lookup_then_charge_unknown(record)
             assert timed_out, history
         else:
             assert_completed(record, here)
         # the read may be asked again had its answer been lost with the server; charge never
         assert lookups == (2 if timed_out and cut == "lookup" else 1), (history, here.called())
-    finally:
-        here.close()
 
 
 # --- the journal's PostgreSQL server --------------------------------------------------------
@@ -500,36 +306,33 @@ def test_journal_database_stopped_and_started_between_calls(
     journal write (lookup's transitions) comes while there is no database: it waits, and
     the run goes on once PostgreSQL is back."""
     cluster, dsn = postgres
-    here = Lab(tmp_path, dsn)
-    try:
+    with RestartLab(tmp_path, dsn) as here:
         server = here.server(free_port())
-        worker = here.worker(server.address, RESTART_LOOKUP_SLEEP_S="2", RESTART_CHARGE_SLEEP_S="1")
-        run_id = asyncio.run(submit(server.address, dsn))
-        wait_for("lookup", lambda: f"{worker.pid} lookup lab password" in here.called(), 60, here)
-        before = journal_events(dsn, run_id)  # committed before lookup was called
+        worker = here.worker(server.address, ALLOW, LAB_LOOKUP_SLEEP_S="2", LAB_CHARGE_SLEEP_S="1")
+        run_id = asyncio.run(here.submit(server.address, TASK))
+        here.wait_for("lookup", lambda: f"{worker.pid} lookup lab password" in here.called(), 60)
+        before = here.events(run_id)  # committed before lookup was called
         assert before[-1].dest == "tool_pending", before
         try:
             cluster.ctl("stop")
             stopped = time.monotonic()
             returned = f"{worker.pid} looked up lab password"
-            wait_for("lookup returns", lambda: returned in here.called(), 30, here)
+            here.wait_for("lookup returns", lambda: returned in here.called(), 30)
             time.sleep(4.0)  # the run's next journal write waits for the database
             assert worker.poll() is None, here.logs()
             assert f"{worker.pid} model 2" not in here.called()  # nothing goes on unjournaled
         finally:
             cluster.ensure_up()
         back = time.monotonic()
-        outcome, history = asyncio.run(outcome_of(server.address, dsn, run_id))
+        outcome, history = asyncio.run(outcome_and_history(here, server.address, run_id))
         print(f"\n[postgres between calls] down {back - stopped:.1f} s, the run done"
               f" {time.monotonic() - back:.1f} s after; history: {history}")  # fmt: skip
 
         record = assert_run(here, run_id, outcome)
         assert_completed(record, here)
-        assert journal_events(dsn, run_id)[: len(before)] == before
+        assert here.events(run_id)[: len(before)] == before
         assert here.called().count(f"{worker.pid} lookup lab password") == 1, here.called()
         assert worker.poll() is None, here.logs()
-    finally:
-        here.close()
 
 
 def test_journal_database_restarted_during_a_side_effecting_call(
@@ -545,14 +348,13 @@ def test_journal_database_restarted_during_a_side_effecting_call(
     effect unknown although it had answered. The table now connects again and asks again
     (`fsm_agent.temporal.payloads.RETRY_S`): the run completes."""
     cluster, dsn = postgres
-    here = Lab(tmp_path, dsn)
-    try:
+    with RestartLab(tmp_path, dsn) as here:
         server = here.server(free_port())
         pad = str(4 * INLINE_MAX)  # charge's answer goes through the payload table
-        worker = here.worker(server.address, RESTART_LOOKUP_SLEEP_S="0",
-                             RESTART_CHARGE_SLEEP_S="6", RESTART_CHARGE_PAD=pad)  # fmt: skip
-        run_id = asyncio.run(submit(server.address, dsn))
-        wait_for("charge", lambda: f"{worker.pid} charge 42" in here.called(), 60, here)
+        worker = here.worker(server.address, ALLOW, LAB_LOOKUP_SLEEP_S="0",
+                             LAB_CHARGE_SLEEP_S="6", LAB_CHARGE_PAD=pad)  # fmt: skip
+        run_id = asyncio.run(here.submit(server.address, TASK))
+        here.wait_for("charge", lambda: f"{worker.pid} charge 42" in here.called(), 60)
         restarted = time.monotonic()
         try:
             cluster.ctl("restart")
@@ -560,12 +362,10 @@ def test_journal_database_restarted_during_a_side_effecting_call(
             cluster.ensure_up()
         back = time.monotonic()
         assert f"{worker.pid} charged 42" not in here.called(), "charge answered too soon"
-        outcome, history = asyncio.run(outcome_of(server.address, dsn, run_id))
+        outcome, history = asyncio.run(outcome_and_history(here, server.address, run_id))
         print(f"\n[postgres during charge] restart took {back - restarted:.1f} s, the run done"
               f" {time.monotonic() - back:.1f} s after; history: {history}")  # fmt: skip
 
         record = assert_run(here, run_id, outcome)
         assert worker.poll() is None, here.logs()
         assert_completed(record, here)
-    finally:
-        here.close()
