@@ -296,3 +296,38 @@ def test_without_the_extra_the_commands_say_how_to_add_it(
     assert "pip install 'fsm-agent[temporal]'" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "j.db").exists()
+
+
+PROPER = f"scripted:{ROOT / 'examples' / 'halt_lab' / 'proper.json'}"
+PROPER_WORKER = ("--tools", "fsm_agent.examples.halt_lab.tools", "--allow", "lookup",
+                 "--model", PROPER)  # fmt: skip
+
+
+@pytest.mark.parametrize("worker", [PROPER_WORKER], indirect=True)
+def test_many_runs_at_once_on_one_worker_each_journal_whole(
+    server: DevServer, worker: Path
+) -> None:
+    """24 runs started at once on one worker: its journal activities share one SQLite
+    connection (once, two threads' writes interleaved on it and one run's write was lost)
+    and its calls a pool of their own; every run completes and every chain verifies."""
+    import asyncio
+
+    from fsm_agent.submission import frozen_job
+    from fsm_agent.temporal.service import connect, result, start
+    from fsm_agent.temporal.setup import submission
+
+    tmp = worker
+    jobs = [frozen_job("agent_loop", f"Find it ({n}).") for n in range(24)]
+
+    async def all_of_them() -> list[str | None]:
+        client = await connect(server.address, str(tmp / "j.db"))
+        await asyncio.gather(*(start(client, submission(job)) for job in jobs))
+        done = await asyncio.gather(*(result(client, job.run_id) for job in jobs))
+        return [None if o.record is None else o.record.halt_reason.value for o in done]
+
+    assert asyncio.run(all_of_them()) == ["completed"] * len(jobs)
+    verified = cli(tmp, "verify", "--all", "--db", "j.db")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"{len(jobs)} of {len(jobs)} runs verify" in verified.stdout
+    log = (tmp / "worker.log").read_text(errors="replace")
+    assert "transaction" not in log, log[-3000:]  # no write ran inside another's transaction

@@ -11,7 +11,10 @@ means (`fsm_agent.temporal.workflow`), never Temporal's retries.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
+import threading
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -64,22 +67,43 @@ class Loaded:
 
 
 class Activities:
-    """The activities, bound to one store opened once per worker process."""
+    """The activities, bound to one store opened once per worker process. The store is one
+    connection: the journal activities (which run on the worker's thread pool) take turns
+    on it (`_journal`), as one process's writers take turns on a SQLite file anyway; the
+    calls run on a pool of their own, as many at once as the worker serves
+    (`concurrency`), never on the event loop's default pool."""
 
-    def __init__(self, store: Store, tracer: LiveTracer | None = None) -> None:
+    def __init__(
+        self, store: Store, tracer: LiveTracer | None = None, concurrency: int = 16
+    ) -> None:
         self.store = store
         #: `--otel`: each committed event, and each halt record, sent as the local
         #: runtime sends them (a retried write sends them again, under the same span ids)
         self.tracer = tracer
+        self._journal = threading.Lock()
+        self._calls = concurrent.futures.ThreadPoolExecutor(
+            max_workers=concurrency, thread_name_prefix="fsm-agent:call"
+        )
+
+    def close(self) -> None:
+        self._calls.shutdown(wait=False, cancel_futures=True)
 
     @activity.defn(name=OPEN)
     def open(self, run_id: bytes) -> bytes:
+        with self._journal:
+            return self._open(run_id)
+
+    def _open(self, run_id: bytes) -> bytes:
         rid = wire.loads(run_id)
         controls = tuple(self.store.controls(rid, after=0))
         return wire.dumps(Opened(location=self.store.location, controls=controls))
 
     @activity.defn(name=LOAD)
     def load(self, request: bytes) -> bytes:
+        with self._journal:
+            return self._load(request)
+
+    def _load(self, request: bytes) -> bytes:
         """The run from its journal (refused unless it verifies and may be resumed); with
         `claim`, taken for Temporal in one compare-and-set (a second taker is refused). The
         row is the one read before the claim: how the run was left (paused, say) is what
@@ -102,6 +126,10 @@ class Activities:
 
     @activity.defn(name=JOURNAL)
     def journal(self, batch: bytes) -> bytes:
+        with self._journal:
+            return self._write(batch)
+
+    def _write(self, batch: bytes) -> bytes:
         run_id, ops, after = wire.loads(batch)
         try:
             flushed = port.apply(self.store, run_id, ops, after)
@@ -132,14 +160,17 @@ class Activities:
             return wire.dumps(CallResult(status="error", error=refused))
         beating = asyncio.get_running_loop().create_task(_heartbeat())
         try:
-            result = await asyncio.to_thread(
-                call_with_deadline,
-                fn,
-                req.args,
-                req.kwargs,
-                timeout_s=req.timeout_s,
-                isolation=req.isolation,
-                name=req.name,
+            result = await asyncio.get_running_loop().run_in_executor(
+                self._calls,
+                functools.partial(
+                    call_with_deadline,
+                    fn,
+                    req.args,
+                    req.kwargs,
+                    timeout_s=req.timeout_s,
+                    isolation=req.isolation,
+                    name=req.name,
+                ),
             )
         finally:
             beating.cancel()

@@ -48,6 +48,11 @@ class PayloadTable:
     def _connect(self) -> Any:
         if self._conn is not None:
             return self._conn
+        # The journal first: a file (or schema) holding only this table would be another
+        # application's database to every fsm-agent command, the workers' included.
+        from fsm_agent.stores import open_store
+
+        open_store(self.location).close()
         if self._pg:
             import psycopg
 

@@ -144,10 +144,18 @@ def _start(store: Store, row: RunRow, first: Event) -> str | None:
     return _head(store, row.run_id)
 
 
-def _append(store: Store, run_id: str, events: Sequence[Event]) -> str | None:
+def _append(store: Store, run_id: str, events: Sequence[Event], again: bool = True) -> str | None:
     last = store.last_event(run_id)
     if last.seq == events[0].seq - 1:
-        return store.append_many(events)
+        try:
+            return store.append_many(events)
+        except JournalError:
+            if not again:
+                raise
+            # Another worker process wrote this run's last events: this store's own note of
+            # the run's head was stale, and a refused append drops it; asked once more, it
+            # chains onto the head it reads now (or finds the write made, or a conflict).
+            return _append(store, run_id, events, again=False)
     if last.seq >= events[-1].seq:  # a retry of a write that was made: equal, or a conflict
         stored = {e.seq: e for e in store.events(run_id)}
         if all(e.seq in stored and _same(stored[e.seq], e) for e in events):

@@ -64,7 +64,7 @@ async def serve(
     get `drain_s` to end before they are cancelled."""
     install(setup)
     client = await connect(address, setup.journal)
-    acts = Activities(store, tracer)
+    acts = Activities(store, tracer, max_concurrent)
     with concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrent) as pool:
         worker = Worker(
             client,
@@ -75,8 +75,11 @@ async def serve(
             max_concurrent_activities=max_concurrent,
             graceful_shutdown_timeout=datetime.timedelta(seconds=drain_s),
         )
-        async with worker:
-            await (stop.wait() if stop is not None else asyncio.Event().wait())
+        try:
+            async with worker:
+                await (stop.wait() if stop is not None else asyncio.Event().wait())
+        finally:
+            acts.close()
 
 
 async def start(client: Client, submission: Submission) -> None:
@@ -135,8 +138,15 @@ class DevServer:
                 "--http-port", str(free_port()), "--metrics-port", str(free_port())]  # fmt: skip
         if self.db_file is not None:
             argv += ["--db-filename", self.db_file]
-        out = open(self.log, "ab") if self.log is not None else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(argv, stdout=out, stderr=out, start_new_session=True)  # noqa: S603
+        if self.log is None:
+            self.proc = subprocess.Popen(  # noqa: S603 - the wheel's own Temporal CLI
+                argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            )
+        else:
+            with open(self.log, "ab") as out:  # the child keeps its own copy of the file
+                self.proc = subprocess.Popen(  # noqa: S603 - the wheel's own Temporal CLI
+                    argv, stdout=out, stderr=out, start_new_session=True
+                )
         self._wait_ready(timeout_s)
         return self
 
