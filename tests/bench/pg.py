@@ -4,10 +4,13 @@ else FSM_AGENT_TEST_PG), why it cannot be measured, and a fresh schema a case jo
 from __future__ import annotations
 
 import os
+import sys
+import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from tests.bench.workload import Scratch
 
@@ -22,9 +25,10 @@ def pg_dsn() -> str | None:
     return None
 
 
-def pg_missing() -> str | None:
-    """Why the PostgreSQL figures cannot be measured here, or None."""
-    dsn = pg_dsn()
+def pg_missing(given: str | None = None) -> str | None:
+    """Why the PostgreSQL figures cannot be measured here (on `given`, else on the DSN the
+    environment names), or None."""
+    dsn = given or pg_dsn()
     if dsn is None:
         return f"no DSN ({' or '.join(PG_ENVS)})"
     try:
@@ -41,21 +45,41 @@ def pg_missing() -> str | None:
 
 
 @contextmanager
-def pg_journal(scratch: Scratch) -> Iterator[str]:
-    """A DSN whose sessions use a fresh schema, dropped afterwards."""
+def pg_journal(
+    scratch: Scratch, given: str | None = None, prefix: str = "fsm_bench"
+) -> Iterator[str]:
+    """A DSN (on `given`, else the environment's) whose sessions use a fresh schema, dropped
+    afterwards on a connection of its own (the server may have been restarted meanwhile:
+    other tests on this machine do)."""
     import psycopg
     from psycopg import sql
 
-    dsn = pg_dsn()
+    dsn = given or pg_dsn()
     if dsn is None:
         raise RuntimeError("no PostgreSQL DSN")
-    schema = sql.Identifier(f"fsm_bench_{uuid.uuid4().hex[:12]}")
+    schema = sql.Identifier(f"{prefix}_{uuid.uuid4().hex[:12]}")
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE SCHEMA {}").format(schema))
+        named = schema.as_string(admin)
+    try:
+        parts = urllib.parse.urlsplit(dsn)
+        option = ("options", f"-csearch_path={named}")
+        query = urllib.parse.urlencode([*urllib.parse.parse_qsl(parts.query), option])
+        yield urllib.parse.urlunsplit(parts._replace(query=query))
+    finally:
+        _drop(dsn, schema)
+
+
+def _drop(dsn: str, schema: Any) -> None:
+    import psycopg
+    from psycopg import sql
+
+    for attempt in range(10):
         try:
-            parts = urllib.parse.urlsplit(dsn)
-            option = ("options", f"-csearch_path={schema.as_string(admin)}")
-            query = urllib.parse.urlencode([*urllib.parse.parse_qsl(parts.query), option])
-            yield urllib.parse.urlunsplit(parts._replace(query=query))
-        finally:
-            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(schema))
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
+                admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(schema))
+            return
+        except psycopg.OperationalError as exc:
+            if attempt == 9:
+                print(f"could not drop the schema {schema!r}: {exc}", file=sys.stderr)
+            time.sleep(1.0)
