@@ -80,12 +80,13 @@ def resume_on(address: str, db: str, run_id: str) -> None:
     from fsm_agent.cli.options import journal_store
     from fsm_agent.journal.store import Job
     from fsm_agent.runtime.resume import check_resumable
+    from fsm_agent.temporal.port import owned_by_temporal
     from fsm_agent.temporal.service import connect, start
     from fsm_agent.temporal.setup import Submission
 
     with journal_store(db, must_exist=True) as store:
         row = store.get_run(run_id)
-    check_resumable(row, lease_held=row.host == "temporal")  # a refusal says why, now
+    check_resumable(row, lease_held=owned_by_temporal(row))  # a refusal says why, now
     job = Job(run_id=row.run_id, machine=row.machine, machine_text=row.machine_text,
               task=row.task, budgets=row.budgets, submitted_at=row.started_at)  # fmt: skip
 

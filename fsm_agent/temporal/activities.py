@@ -110,9 +110,7 @@ class Activities:
         the take-over decides on."""
         run_id, claim = wire.loads(request)
         try:
-            # A row Temporal owns was left by a workflow run of this run id: Temporal runs at
-            # most one at a time, and this one is it (the lease is Temporal's).
-            ours = not claim or self.store.get_run(run_id).host == OWNER
+            ours = not claim or port.owned_by_temporal(self.store.get_run(run_id))
             row, _, events, head = load_resumable(self.store, run_id, lease_held=ours)
             if claim:
                 was = (row.status, row.pid, row.host)

@@ -30,6 +30,12 @@ PENDING = "pending:"
 OWNER = "temporal"
 
 
+def owned_by_temporal(row: RunRow) -> bool:
+    """A row a workflow run of this run id left: Temporal runs at most one at a time, so the
+    one that takes it is its only driver (the lease is Temporal's)."""
+    return row.host == OWNER
+
+
 @attrs.frozen
 class Op:
     """One journal write of a run, as queued by the workflow."""
