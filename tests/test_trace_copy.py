@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from fsm_agent import HaltReason
+from fsm_agent import HaltReason, ScriptedModel, ToolRegistry, ToolResult, run
 from fsm_agent.journal.runfile import read_run_file
 from fsm_agent.journal.store import Event
 from fsm_agent.review.replay import replay_events
+from fsm_agent.runtime.receipts import Receipt
 from fsm_agent.stores.sqlite import SqliteStore
 from tests.lab import LOOKUP, MISS, lab_run, replays
 
@@ -68,3 +69,24 @@ def test_a_failed_copy_keeps_a_budget_halt_and_says_so(tmp_path: Path) -> None:
     assert record.halt_reason is HaltReason.MAX_STEPS
     assert record.error is not None
     assert record.error.startswith("step budget spent: 8 of 8 model calls; the trace copy to")
+
+
+def test_a_halt_the_runtime_imposes_ships_its_trace_copy_too(tmp_path: Path) -> None:
+    """Once: only a declared halt shipped the copy; a run the contract stopped (the same
+    side-effecting call again after its receipt: repeat_refused) left none (found by the
+    hostile-journal fuzzer)."""
+    tools = ToolRegistry()
+
+    @tools.tool()
+    def write(q: str) -> ToolResult:
+        return ToolResult(receipts=(Receipt(201, "w1"),), observation={"ok": 1})
+
+    again = {"tool_call": {"name": "write", "args": {"q": "x"}}}
+    record = run("agent_loop", task="t", model=ScriptedModel([again, again]), tools=tools,
+                 allow=["write"], store=str(tmp_path / "j.db"),
+                 trace_copy=tmp_path / "trace.json", handle_signals=False)  # fmt: skip
+    assert record.halt_reason.value == "repeat_refused"
+    copy = read_run_file(tmp_path / "trace.json")
+    assert copy.record is not None
+    assert copy.record.halt_reason is record.halt_reason
+    assert copy.events[-1].halt is record.halt_reason

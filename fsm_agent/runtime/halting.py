@@ -11,7 +11,7 @@ import attrs
 
 from fsm_agent.declaration.spec import MachineSpec, TransitionSpec
 from fsm_agent.halt import HaltReason, terminal_state
-from fsm_agent.journal.store import Facts, GuardResult
+from fsm_agent.journal.store import Event, Facts, GuardResult
 from fsm_agent.runtime.context import RunContext
 from fsm_agent.runtime.journaling import Journaling
 from fsm_agent.runtime.record import HaltRecord, write_record
@@ -51,11 +51,7 @@ class Halting(Journaling):
             )  # fmt: skip
             note, record = None, None
             if self.trace_copy is not None:
-                self._flush()  # the copy is made from the journal, onto its head
-                assert self.head is not None  # noqa: S101 - halts come after the first event
-                head = next_hash(self.store, self.head, event)
-                record = self._record_for(reason, None, None, head)
-                failure = ship_trace(self.store, event, record, self.trace_copy)
+                record, failure = self._ship(event, reason, None, None)
                 if failure is not None and reason is HaltReason.COMPLETED:
                     self._force(HaltReason.INTERNAL_ERROR, "trace_copy", failure)
                     return
@@ -64,6 +60,19 @@ class Halting(Journaling):
                     record = None
             self._commit(event)
             self._finish(reason, note, None, record)
+
+    def _ship(
+        self, event: Event, reason: HaltReason, note: str | None, signum: int | None
+    ) -> tuple[HaltRecord, str | None]:
+        """The run file of the whole run, the halting `event` included, shipped to
+        `trace_copy` before that event is committed; the record it carries, and why the
+        copy failed (None: it was written)."""
+        assert self.trace_copy is not None  # noqa: S101 - only called with one
+        self._flush()  # the copy is made from the journal, onto its head
+        assert self.head is not None  # noqa: S101 - halts come after the first event
+        head = next_hash(self.store, self.head, event)
+        record = self._record_for(reason, note, signum, head)
+        return record, ship_trace(self.store, event, record, self.trace_copy)
 
     def _force(
         self,
@@ -93,6 +102,11 @@ class Halting(Journaling):
                 event = self._event(
                     trigger, terminal_state(reason), snap, guards, (), facts, halt=reason, note=note
                 )
+                record = None
+                if self.trace_copy is not None:  # imposed halts are shipped too
+                    record, failure = self._ship(event, reason, note, signum)
+                    if failure is not None:  # the copy failed: the record says so
+                        note, record = f"{note}; {failure}", None
                 self._commit(event)
             except Exception as exc:
                 self._write_file_only(
@@ -101,7 +115,7 @@ class Halting(Journaling):
                     signum=signum,
                 )
                 raise
-            self._finish(reason, note, signum)
+            self._finish(reason, note, signum, record)
 
     def _finish(
         self,
