@@ -225,3 +225,59 @@ def test_a_signal_in_the_supervisor_is_raised_into_the_script_at_its_call() -> N
     assert len(seen) == 1
     assert isinstance(seen[0], Interrupted)
     assert seen[0].signum == signal.SIGTERM
+
+
+def _signalled_while_the_driver_runs_its_own_code(gate: InterruptGate, installed: bool) -> None:
+    """A SIGTERM reaches the supervisor while the driver runs the script's own code (no call,
+    no commit); the script then ends without reaching another safe point."""
+    own_code = threading.Event()
+    signalled = threading.Event()
+
+    def script() -> Any:
+        yield Call(lambda: 1, timeout_s=5)
+        own_code.set()
+        assert signalled.wait(WAIT_S)
+        time.sleep(3 * 0.05)  # the supervisor's poll: it has taken the signal meanwhile
+
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def send() -> None:
+        assert own_code.wait(WAIT_S)
+        signal.pthread_kill(main, signal.SIGTERM)
+        signalled.set()
+
+    sender = threading.Thread(target=send)
+    with gate.installed(installed):
+        sender.start()
+        try:
+            supervise(script(), gate)
+        finally:
+            sender.join(WAIT_S)
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_a_signal_noted_for_a_safe_point_the_run_never_reaches_is_sent_again(
+    installed: bool,
+) -> None:
+    """Whichever handler took it (the run's, or the caller's when the run installs none),
+    a signal that could not end the run is sent again after it, to the process's handler:
+    once it was dropped, and `fsm-agent run` or `simulate` went on as if never signalled."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are handled in the main thread only")
+    taken: list[int] = []
+
+    def callers(signum: int, frame: object) -> None:
+        taken.append(signum)
+        raise Interrupted(signum)  # as `fsm-agent`'s own handler does: it stops the command
+
+    previous = signal.signal(signal.SIGTERM, callers)
+    try:
+        gate = InterruptGate()
+        with pytest.raises(Interrupted) as stopped:
+            _signalled_while_the_driver_runs_its_own_code(gate, installed)  # sent again here
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert stopped.value.signum == signal.SIGTERM
+    assert taken == ([signal.SIGTERM] if installed else [signal.SIGTERM, signal.SIGTERM])
+    assert gate.received == (signal.SIGTERM if installed else None)

@@ -102,12 +102,18 @@ class Supervisor:
     def _wait(self) -> bool:
         """Sleep until woken or the next deadline; act on it. True once the script ended."""
         gate = self._gate
+        raised = gate.raised
         try:
             timeout = self._wake_at - time.monotonic()
             gate.held = False
             self._woken.wait(min(max(timeout, 0.0), POLL_S))
         except BaseException as exc:  # a signal's exception in this thread
             gate.held = True
+            # The run's handler marked its signal as the one ending the run; here it only
+            # reaches the supervisor, which decides that (`_interrupt_locked`). Left marked,
+            # a signal merely noted for the driver's next safe point, when the run ends
+            # before reaching one, would never be sent again: the command would go on.
+            gate.raised = raised
             self._interrupt(exc)
             return False
         gate.held = True
@@ -154,6 +160,8 @@ class Supervisor:
         if call is not None:
             if call.cancel is not None:
                 call.cancel()
+            if isinstance(exc, Interrupted):
+                self._gate.raised = True  # raised into the script at its call: it ends the run
             self._fence_and_go_on(None, exc)
         elif isinstance(exc, Interrupted) and self._gate.take_over():
             self._supersede(exc)

@@ -117,9 +117,17 @@ class InterruptGate:
 
     @contextmanager
     def installed(self, enabled: bool = True) -> Iterator[InterruptGate]:
-        """Install the handlers for the duration (only possible in the main thread)."""
+        """Install the handlers for the duration (only possible in the main thread).
+
+        Not installed (`enabled` false, or another thread), the caller's own handlers take
+        the signals; what their exception became while the run could not raise it (noted
+        for the run's next safe point, or after its end) is still sent again after the run,
+        never dropped."""
         if not enabled or threading.current_thread() is not threading.main_thread():
-            yield self
+            try:
+                yield self
+            finally:
+                self._send_deferred_again()
             return
         # A signal between installing (or restoring) one handler and the next must not raise
         # here, outside the run's own try: it is held, then taken at the run's first commit
@@ -139,10 +147,13 @@ class InterruptGate:
                     signal.signal(signum, previous)
             finally:
                 self._depth -= 1
-            self._defer_pending()
-            if self.deferred is not None and not self.raised:
-                signum, self.deferred = self.deferred, None
-                signal.raise_signal(signum)
+            self._send_deferred_again()
+
+    def _send_deferred_again(self) -> None:
+        self._defer_pending()
+        if self.deferred is not None and not self.raised:
+            signum, self.deferred = self.deferred, None
+            signal.raise_signal(signum)
 
     def critical(self) -> _Critical:
         """Defer signals until the block is done; then raise a deferred one (not when the
