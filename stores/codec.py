@@ -299,13 +299,15 @@ def _tokens(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def events(rows: Iterable[Mapping[str, Any]], fail: Fail) -> list[Event]:
-    """`events` rows of one run, in the order given (from its seq 0), as `Event`s."""
+def events(
+    rows: Iterable[Mapping[str, Any]], fail: Fail, base: Mapping[str, Any] | None = None
+) -> list[Event]:
+    """`events` rows of one run, in the order given, as `Event`s: from its seq 0, or from
+    any seq given the run's seq-0 row as `base`."""
     # Decoding builds many small containers; the cyclic GC only slows that down (~25%).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        base: Mapping[str, Any] | None = None
         out, memo = [], {}  # type: ignore[var-annotated]
         names: list[str] | None = None
         for r in rows:

@@ -340,6 +340,24 @@ class PostgresStore(RunLookup, RunChains):
         row = rows[0]
         return codec.event(row, self._error, self._first_row(run_id) if row["seq"] else None)
 
+    def events_between(self, run_id: str, first: int, last: int) -> list[Event]:
+        sql = SELECT_EVENTS.replace("ORDER BY seq", "AND seq BETWEEN %s AND %s ORDER BY seq")
+        rows = self._rows(sql, (run_id, first, last))
+        if not rows:
+            self.get_run(run_id)  # RunNotFound if it is not there
+            return []
+        base = None if rows[0]["seq"] == 0 else self._first_row(run_id)
+        return codec.events(rows, self._error, base)
+
+    def event_at(self, run_id: str, seq: int) -> Event | None:
+        sql = SELECT_EVENTS.replace("ORDER BY seq", "AND seq = %s")
+        rows = self._rows(sql, (run_id, seq))
+        if not rows:
+            self.get_run(run_id)  # RunNotFound if it is not there
+            return None
+        row = rows[0]
+        return codec.event(row, self._error, self._first_row(run_id) if row["seq"] else None)
+
     def _first_row(self, run_id: str) -> Any:
         """The run's seq-0 `events` row (None when it has none)."""
         sql = "SELECT * FROM events WHERE run_id = %s AND seq = 0"

@@ -11,13 +11,12 @@ from __future__ import annotations
 import gc
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
-import sqlite_utils
 
 from fsm_agent.errors import JournalError
 from fsm_agent.journal.chain_hash import ChainLink, chain_version, genesis, mode_for
@@ -114,7 +113,9 @@ class SqliteStore(RunLookup, RunChains):
         #: True when this process may read the journal but not write it.
         self.read_only = read_only
         self.conn = conn
-        self.db = sqlite_utils.Database(conn)
+        # As sqlite-utils set it on every connection it wrapped (the store's, until its
+        # reads went straight to sqlite3): kept, so triggers behave as they always have.
+        conn.execute("PRAGMA recursive_triggers = ON")
         self._controls_added = 0  # by this connection (data_version counts only the others')
         self._init_chains(writer)
         self.busy_timeout_ms = int(busy_timeout_ms)
@@ -316,13 +317,13 @@ class SqliteStore(RunLookup, RunChains):
 
     def get_run(self, run_id: str) -> RunRow:
         sql = f"{SELECT_RUNS} WHERE r.run_id = ?"
-        rows = self._read(lambda: list(self.db.query(sql, [run_id])))
+        rows = self._read(lambda: self._rows(sql, [run_id]))
         if not rows:
             raise RunNotFound(run_id, path=self.path)
         return codec.run_row(rows[0], self._error)
 
     def _run_rows(self, sql: str, params: dict[str, Any]) -> list[RunRow]:
-        rows = self._read(lambda: list(self.db.query(sql, params)))
+        rows = self._read(lambda: self._rows(sql, params))
         return [codec.run_row(r, self._error) for r in rows]
 
     @staticmethod
@@ -359,20 +360,37 @@ class SqliteStore(RunLookup, RunChains):
         row = rows[0]
         return codec.event(row, self._error, self._first_row(run_id) if row["seq"] else None)
 
+    def events_between(self, run_id: str, first: int, last: int) -> list[Event]:
+        sql = f"{SELECT_EVENTS} AND seq BETWEEN ? AND ? ORDER BY seq"
+        rows = self._event_rows(sql, run_id, first, last)
+        if not rows:
+            self.get_run(run_id)  # RunNotFound if it is not there
+            return []
+        base = None if rows[0]["seq"] == 0 else self._first_row(run_id)
+        return codec.events(rows, self._error, base)
+
+    def event_at(self, run_id: str, seq: int) -> Event | None:
+        rows = self._event_rows(f"{SELECT_EVENTS} AND seq = ?", run_id, seq)
+        if not rows:
+            self.get_run(run_id)  # RunNotFound if it is not there
+            return None
+        row = rows[0]
+        return codec.event(row, self._error, self._first_row(run_id) if row["seq"] else None)
+
     def _first_row(self, run_id: str) -> Any:
         """The run's seq-0 `events` row (None when it has none)."""
         sql = "SELECT * FROM events WHERE run_id = ? AND seq = 0"
-        rows = self._read(lambda: list(self.db.query(sql, [run_id])))
+        rows = self._read(lambda: self._rows(sql, [run_id]))
         return rows[0] if rows else None
 
-    def _event_rows(self, sql: str, run_id: str) -> list[Any]:
+    def _event_rows(self, sql: str, run_id: str, *more: Any) -> list[Any]:
         """Event rows (`READ_COLUMNS`) as the mappings `codec.event` decodes, read by a plain
         cursor: each row is looked up by column name, without building a dict per row."""
 
         def query() -> list[Any]:
             cursor = self.conn.cursor()
             cursor.row_factory = _Row
-            return cursor.execute(sql, (run_id,)).fetchall()
+            return cursor.execute(sql, (run_id, *more)).fetchall()
 
         return self._read(query)
 
@@ -391,6 +409,12 @@ class SqliteStore(RunLookup, RunChains):
 
     def _tuples(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
         return self._read(lambda: self.conn.execute(sql, params).fetchall())
+
+    def _rows(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The rows of a read, each as a dict by column name."""
+        cursor = self.conn.execute(sql, params)
+        keys = [column[0] for column in cursor.description]
+        return [dict(zip(keys, row, strict=True)) for row in cursor]
 
     def _read(self, query: Callable[[], list[Any]]) -> list[Any]:
         try:
@@ -421,7 +445,7 @@ class SqliteStore(RunLookup, RunChains):
         """The instructions for `run_id`, and those for every run, queued after control
         `after`, oldest first (one indexed read before each model call)."""
         sql = "SELECT * FROM controls WHERE (run_id = ? OR run_id IS NULL) AND id > ? ORDER BY id"
-        rows = self._read(lambda: list(self.db.query(sql, [run_id, after])))
+        rows = self._read(lambda: self._rows(sql, [run_id, after]))
         return [codec.control(r, self._error) for r in rows]
 
     def close(self) -> None:

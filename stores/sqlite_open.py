@@ -14,12 +14,15 @@ import random
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Literal
-
-import sqlite_utils
+from typing import Literal
 
 from fsm_agent.errors import JournalError, NotAJournal
-from fsm_agent.stores.sqlite_schema import INDEX_ONLY, KNOWN_MIGRATIONS, migrations
+from fsm_agent.stores.sqlite_schema import (
+    INDEX_ONLY,
+    KNOWN_MIGRATIONS,
+    applied_migrations,
+    migrations,
+)
 
 #: A new journal file's mode: private (less nothing: the umask does not widen it).
 JOURNAL_MODE = 0o600
@@ -214,8 +217,10 @@ def _tables(conn: sqlite3.Connection) -> list[str]:
 
 def _empty_journal() -> sqlite3.Connection:
     """An empty journal in memory, read-only: what a file with no tables yet reads as."""
+    import sqlite_utils
+
     conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-    migrations.apply(sqlite_utils.Database(conn))
+    migrations().apply(sqlite_utils.Database(conn))
     conn.execute("PRAGMA query_only = ON")
     return conn
 
@@ -225,36 +230,35 @@ def _check_schema(
 ) -> None:
     """Refuse another application's database and a journal from a newer fsm-agent; bring
     an older one up to date (only when `writable`)."""
-    db = sqlite_utils.Database(conn)
     applied = refuse_foreign(path, conn)
-    unknown = [m.name for m in applied if m.name not in KNOWN_MIGRATIONS]
+    unknown = [name for name in applied if name not in KNOWN_MIGRATIONS]
     if unknown:
         raise JournalError(
             f"written by a newer fsm-agent (migration {unknown[0]!r});"
             " upgrade fsm-agent to read it",
             path=path,
         )
-    pending = migrations.pending(db)
+    pending = [name for name in KNOWN_MIGRATIONS if name not in applied]
     if not writable:  # a reader reads a journal without its index-only migrations
-        pending = [m for m in pending if m.name not in INDEX_ONLY]
+        pending = [name for name in pending if name not in INDEX_ONLY]
     if pending and requested and os.access(path, os.W_OK):
         raise JournalError(
-            f"written by an older fsm-agent: it needs migration {pending[0].name!r}, and"
+            f"written by an older fsm-agent: it needs migration {pending[0]!r}, and"
             " commands that only read never migrate a journal; bring it up to date once with"
             f" `fsm-agent migrate --db {path}`",
             path=path,
         )
     if pending and not writable:
         raise JournalError(
-            f"written by an older fsm-agent: it needs migration {pending[0].name!r}, and"
+            f"written by an older fsm-agent: it needs migration {pending[0]!r}, and"
             " the journal is read-only for this process; open it once with write access",
             path=path,
         )
     if pending:
-        _migrate(db, conn)
+        _migrate(conn)
 
 
-def refuse_foreign(path: str, conn: sqlite3.Connection) -> list[Any]:
+def refuse_foreign(path: str, conn: sqlite3.Connection) -> list[str]:
     """The fsm-agent migrations applied to the database; `NotAJournal` if it has tables and
     none of them are fsm-agent's (another application's database: never touched)."""
     # One read snapshot for both reads: a process migrating a new journal at that moment
@@ -263,7 +267,7 @@ def refuse_foreign(path: str, conn: sqlite3.Connection) -> list[Any]:
     if own:
         conn.execute("BEGIN")
     try:
-        applied: list[Any] = migrations.applied(sqlite_utils.Database(conn))
+        applied = applied_migrations(conn)
         tables = [] if applied else _tables(conn)
     finally:
         if own and conn.in_transaction:
@@ -284,12 +288,15 @@ def _cannot_open(path: str, exc: sqlite3.Error) -> JournalError:
     return JournalError(f"cannot open as a journal: {why}", path=path)
 
 
-def _migrate(db: sqlite_utils.Database, conn: sqlite3.Connection) -> None:
+def _migrate(conn: sqlite3.Connection) -> None:
     """Apply pending migrations under the write lock: processes opening a new journal at
     once apply each migration exactly once (the others wait, then find nothing to do)."""
+    import sqlite_utils
+
+    db = sqlite_utils.Database(conn)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        migrations.apply(db)
+        migrations().apply(db)
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")

@@ -6,30 +6,61 @@ UPDATE and DELETE, so nothing journaled is rewritten.
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import sqlite_utils
-from sqlite_utils.migrations import Migrations
+if TYPE_CHECKING:  # sqlite-utils is imported only to migrate: a reader never needs it
+    import sqlite_utils
+    from sqlite_utils.migrations import Migrations
 
-migrations = Migrations("fsm_agent")
+#: The name sqlite-utils records fsm-agent's migrations under (`_sqlite_migrations`).
+MIGRATION_SET = "fsm_agent"
 #: Every migration this fsm-agent knows, in order: a journal that has applied any other was
 #: written by a newer one (sqlite-utils keeps its own list private).
 KNOWN_MIGRATIONS: list[str] = []
+#: A migration's step (sqlite-utils hands it the database).
+Step = Callable[["sqlite_utils.Database"], None]
+_STEPS: list[tuple[str, Step]] = []
 #: Migrations that only add or replace indexes: a journal without them reads the same (only
 #: slower), so a command that only reads reads it as it is; the next writer applies them.
 INDEX_ONLY = frozenset({"m008_run_list_indexes"})
-Step = Callable[[sqlite_utils.Database], None]
 
 
 def _migration(name: str) -> Callable[[Step], Step]:
     KNOWN_MIGRATIONS.append(name)
-    register = migrations(name=name)
 
     def decorate(step: Step) -> Step:
-        register(step)
+        _STEPS.append((name, step))
         return step
 
     return decorate
+
+
+@functools.cache
+def migrations() -> Migrations:
+    """The migrations as sqlite-utils applies them (imported on the first call)."""
+    from sqlite_utils.migrations import Migrations
+
+    found = Migrations(MIGRATION_SET)
+    for name, step in _STEPS:
+        found(name=name)(step)
+    return found
+
+
+def applied_migrations(conn: sqlite3.Connection) -> list[str]:
+    """The fsm-agent migrations applied to the database, in the order they were applied
+    (what sqlite-utils' `Migrations.applied` reads, without loading sqlite-utils)."""
+    table = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlite_migrations'"
+    ).fetchone()
+    if table is None:
+        return []
+    rows = conn.execute(
+        "SELECT name FROM _sqlite_migrations WHERE migration_set = ? ORDER BY rowid",
+        (MIGRATION_SET,),
+    ).fetchall()
+    return [row[0] for row in rows]
 
 
 @_migration("m001_runs_and_events")

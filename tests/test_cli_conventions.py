@@ -19,6 +19,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
+from fsm_agent.cli.group import all_commands
 from fsm_agent.cli.main import cli
 from fsm_agent.halt import HaltReason, exit_code
 from tests.lab import LOOKUP, lab_run
@@ -200,7 +201,7 @@ def test_a_bad_runs_filter_is_exit_2_naming_it(journal: str, args: list[str], me
 
 
 def test_halt_reason_choices_are_the_enum() -> None:
-    option = next(p for p in cli.commands["runs"].params if p.name == "halt_reason")
+    option = next(p for p in all_commands()["runs"].params if p.name == "halt_reason")
     assert isinstance(option.type, click.Choice)
     assert list(option.type.choices) == [r.value for r in HaltReason]
 
@@ -213,9 +214,9 @@ def test_halt_reason_choices_are_the_enum() -> None:
 NO_JSON = {"worker", "diagram", "schema", "console"}
 
 
-@pytest.mark.parametrize("name", sorted(cli.commands))  # type: ignore[attr-defined]
+@pytest.mark.parametrize("name", sorted(all_commands()))
 def test_every_command_that_prints_a_result_has_one_json_flag(name: str) -> None:
-    command = cli.commands[name]  # type: ignore[attr-defined]
+    command = all_commands()[name]
     flags = [o for p in command.params for o in getattr(p, "opts", []) if "json" in o]
     if name in NO_JSON:
         assert flags == []
@@ -345,7 +346,7 @@ SOURCE_DOCUMENT = re.compile(r"(?i)(?<!-)(?<!random )\bseeds?\b")
 
 def every_help() -> list[tuple[str, str]]:
     texts = [("fsm-agent", invoke("--help").output)]
-    for name in sorted(cli.commands):  # type: ignore[attr-defined]
+    for name in sorted(all_commands()):
         texts.append((name, invoke(name, "--help").output))
     return texts
 

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from fsm_agent import HaltReason, Prompt, Tool, ToolRegistry, read_record
 from fsm_agent.cli.main import cli
 from fsm_agent.journal.chain import verify_run
-from fsm_agent.runtime.resume import shown_status
+from fsm_agent.runtime.run_status import shown_status
 from fsm_agent.runtime.worker import resume_run
 from fsm_agent.stores.sqlite import SqliteStore
 from fsm_agent.testing import assert_replays

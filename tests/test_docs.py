@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import pytest
 
-from fsm_agent.cli.main import cli
+from fsm_agent.cli.group import all_commands
 from fsm_agent.halt import TERMINAL_STATE, HaltReason
 from fsm_agent.runtime.guards import BUILTIN_GUARDS
 
@@ -49,8 +49,7 @@ def test_library_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def _commands() -> dict[str, click.Command]:
-    assert isinstance(cli, click.Group)
-    return dict(cli.commands)
+    return all_commands()
 
 
 @pytest.mark.parametrize("name", sorted(_commands()))

@@ -159,7 +159,7 @@ def test_read_commands_never_migrate_an_older_journal(command: list[str], tmp_pa
     db = tmp_path / "old.db"
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
-    migrations.apply(sqlite_utils.Database(conn), stop_before="m005_queue_note")
+    migrations().apply(sqlite_utils.Database(conn), stop_before="m005_queue_note")
     conn.close()
     before = files(tmp_path)
     args = [a.replace("RUN", "abc").replace("OUT", str(tmp_path)) for a in command]
@@ -173,7 +173,7 @@ def test_read_commands_never_migrate_an_older_journal(command: list[str], tmp_pa
 def test_migrate_brings_an_older_journal_up_to_date(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     conn = sqlite3.connect(db, isolation_level=None)
-    migrations.apply(sqlite_utils.Database(conn), stop_before="m005_queue_note")
+    migrations().apply(sqlite_utils.Database(conn), stop_before="m005_queue_note")
     conn.close()
     result = invoke("migrate", "--db", str(db))
     assert (result.exit_code, result.output) == (0, f"journal {db} is up to date\n")

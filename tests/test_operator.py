@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from fsm_agent import HaltReason, Lane, Prompt, ScriptedModel, load_tools, read_record, run
-from fsm_agent.cli.group import progress_line
 from fsm_agent.cli.main import cli
+from fsm_agent.cli.run_output import progress_line
 from fsm_agent.journal.store import Control
 from fsm_agent.review.replay import replay_events
 from fsm_agent.stores.sqlite import SqliteStore

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from fsm_agent.journal.chain import verify_run
-from fsm_agent.runtime.resume import shown_status
+from fsm_agent.runtime.run_status import shown_status
 from fsm_agent.stores import open_store
 from tests.fixture_resume import GATE_ENV, HANG_ENV, IDEMPOTENT_ENV, LEDGER_ENV
 from tests.test_store_contract import pg_location, pg_server  # noqa: F401 - fixtures

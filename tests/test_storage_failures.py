@@ -206,6 +206,8 @@ import fsm_agent.examples.halt_lab.tools, fsm_agent.journal.chain, fsm_agent.cli
 import fsm_agent.runtime.resume
 import fsm_agent.declaration.spec, fsm_agent.review.stats, fsm_agent.stores.sqlite
 fsm_agent.declaration.load.load_machine("agent_loop")
+import fsm_agent.cli.group
+fsm_agent.cli.group.all_commands()  # each command's module, imported while it can be read
 if os.geteuid() == 0:
     os.setgroups([])
     os.setgid({NOBODY})
@@ -339,7 +341,7 @@ def test_a_write_ahead_log_that_cannot_be_read_is_named(shared: Shared) -> None:
 def test_a_journal_that_needs_an_upgrade_says_so_when_read_only(shared: Shared) -> None:
     conn = sqlite3.connect(shared.db, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
-    migrations.apply(sqlite_utils.Database(conn), stop_before="m003_hash_chain")
+    migrations().apply(sqlite_utils.Database(conn), stop_before="m003_hash_chain")
     conn.close()
     shared.lock()
     (result,) = as_nobody(["runs", "--db", str(shared.db)])

@@ -1509,3 +1509,29 @@ def test_another_applications_tables_are_refused_untouched(backend: Backend) -> 
         with pytest.raises(NotAJournal):
             open_store(backend.location, read_only=read_only)
     assert backend.sql("SELECT id, what FROM runs") == [(1, "a 5k")]
+
+
+def test_one_event_or_a_range_of_them_reads_as_the_whole_run_does(
+    store: Store, tmp_path: Path
+) -> None:
+    """`event_at` and `events_between` (the console's step view and live log) read only the
+    rows asked for and the run's first, which a real run's later rows are written against:
+    every event reads back equal to the one in the whole run."""
+    from tests.lab import LOOKUP, MISS, lab_run
+
+    record = lab_run(tmp_path, [MISS, LOOKUP, {"final_answer": "found it"}], store=store)
+    run_id = record.run_id
+    events = store.events(run_id)
+    assert len(events) > 5
+    for ev in events:
+        assert store.event_at(run_id, ev.seq) == ev
+    assert store.event_at(run_id, len(events)) is None
+    assert store.event_at(run_id, -1) is None
+    last = len(events) - 1
+    for first, upto in [(0, 0), (1, 3), (2, last + 5), (last, last), (5, 2), (last + 1, last + 9)]:
+        wanted = [e for e in events if first <= e.seq <= upto]
+        assert store.events_between(run_id, first, upto) == wanted, (first, upto)
+    with pytest.raises(RunNotFound):
+        store.event_at("nope", 0)
+    with pytest.raises(RunNotFound):
+        store.events_between("nope", 0, 3)

@@ -6,6 +6,7 @@ The server (Starlette, uvicorn) is the optional `console` extra, imported only h
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Sequence
 
@@ -71,6 +72,7 @@ def console(
         import uvicorn
 
         from fsm_agent.console.app import build_app
+        from fsm_agent.stores import open_store
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in ("uvicorn", "starlette", "anyio"):
             raise
@@ -88,7 +90,8 @@ def console(
                 + f". It answers only Host {', '.join(hosts)}.",
                 err=True,
             )
-        app = build_app(store, where=shown(db), acts=allow_operator_acts, hosts=hosts)
+        app = build_app(store, where=shown(db), acts=allow_operator_acts, hosts=hosts,
+                        readers=functools.partial(open_store, db, read_only=True))  # fmt: skip
         config = uvicorn.Config(app, host=host, port=port, log_level="warning",
                                 timeout_graceful_shutdown=1)  # fmt: skip
         server = uvicorn.Server(config)

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from fsm_agent.adapters.models import ModelAdapter
-from fsm_agent.cli.group import cli, finish, paused_or, progress_line
+from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import (
     OutputPath,
     cli_errors,
@@ -30,6 +30,7 @@ from fsm_agent.cli.options import (
     shown,
     temporal_option,
 )
+from fsm_agent.cli.run_output import finish, paused_or, progress_line
 from fsm_agent.cli.traces import live_traces, otel_options, traced
 from fsm_agent.journal.store import Event
 from fsm_agent.redaction import run_secrets

@@ -6,13 +6,12 @@ Registered on the `fsm-agent` group by `fsm_agent.cli.main`; a thin layer like t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
 
-from fsm_agent.adapters.models import ModelAdapter
-from fsm_agent.cli.group import cli, finish, paused_or, progress_line
+from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import (
     allow_option,
     budget_options,
@@ -22,20 +21,18 @@ from fsm_agent.cli.options import (
     journal_store,
     json_option,
     model_options,
-    read_journal,
     record_option,
     refuse_overlaps,
-    shell_arg,
     shown,
 )
+from fsm_agent.cli.run_output import finish, paused_or, progress_line
 from fsm_agent.declaration.load import load_machine
 from fsm_agent.journal.store import Event
-from fsm_agent.review.replay import ReplayReport
-from fsm_agent.run_ids import names_a_file, resolve_run_id
+from fsm_agent.run_ids import resolve_run_id
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
 
 if TYPE_CHECKING:
-    from fsm_agent.review.lineage import ForkView, ParentFacts
+    from fsm_agent.adapters.models import ModelAdapter
 
 
 @cli.command()
@@ -131,47 +128,3 @@ def _announced(
         live(event)
 
     return on_transition
-
-
-def fork_hint(
-    report: ReplayReport, machine_ref: str | None, db: str, *, from_file: bool = False
-) -> str | None:
-    """The `fsm-agent fork` command that acts on a counterfactual replay's answer: the run
-    forked at the last event before the one the other declaration decides otherwise, going
-    on live under it (None: no declaration given, or the run does not leave its path)."""
-    if machine_ref is None or not report.steps or not report.counterfactual:
-        return None
-    last = report.steps[-1]
-    if last.verdict not in ("diverged", "halted_earlier", "needs_facts") or last.seq < 1:
-        return None
-    at = last.seq - 1
-    first = "fsm-agent import FILE --db JOURNAL, then " if from_file else ""
-    return (
-        f"act on it: {first}fsm-agent fork {report.run_id} --at {at} --machine"
-        f" {shell_arg(machine_ref)} --db {shell_arg(db)} --model … (seq 0..{at} as recorded,"
-        f" then live under {shell_arg(machine_ref)} from seq {last.seq}'s step on)"
-    )
-
-
-def parent_of(source: str, db: str, events: Sequence[Event]) -> ParentFacts | None:
-    """A fork's parent's facts from the journal at `db` (None: the run is no fork, SOURCE is
-    a run file, or the parent is not in that journal)."""
-    from fsm_agent.review.fork_replay import own_lineage
-    from fsm_agent.review.lineage import parent_facts
-
-    if own_lineage(events) is None or names_a_file(source):
-        return None
-    with read_journal(db) as store:
-        return parent_facts(store, events)
-
-
-def fork_view_of(source: str, db: str, events: Sequence[Event]) -> ForkView | None:
-    """The lineage view of a run read from SOURCE (None: no fork), compared with its parent
-    where the journal at `db` holds it (a run that is no fork reads nothing more)."""
-    from fsm_agent.review.fork_replay import own_lineage
-
-    if own_lineage(events) is None:
-        return None
-    from fsm_agent.review.lineage import fork_view
-
-    return fork_view(events, parent_of(source, db, events))

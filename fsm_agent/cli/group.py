@@ -1,24 +1,66 @@
-"""The `fsm-agent` click group, and what its commands share: the live step line, the
-summary of a halt, and how a command ends on its record."""
+"""The `fsm-agent` click group: each command's module is imported only when that command
+runs (or its help is asked for), so `fsm-agent runs` does not pay for the checker, the
+simulator, the console or the runtime. `COMMANDS` names every command's module; the module
+registers the command on `cli` when it is imported (`@cli.command`)."""
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Callable
-from typing import Any
+import importlib
 
 import click
 
-from fsm_agent.errors import RunPaused
-from fsm_agent.halt import EXIT_PAUSED, exit_code
-from fsm_agent.journal import serde
-from fsm_agent.journal.store import Event, RunRow
-from fsm_agent.runtime.record import HaltRecord, HandoffPacket, record_json
-from fsm_agent.runtime.snapshot import SUCCESS_RULES
+#: Every command, and the module (under `fsm_agent.cli`) that defines it.
+COMMANDS: dict[str, str] = {
+    "anchor": "anchor",
+    "answer": "decide",
+    "approve": "decide",
+    "check": "check",
+    "console": "console",
+    "demo": "run",
+    "deny": "decide",
+    "dequeue": "queue",
+    "diagram": "review",
+    "expire-waits": "decide",
+    "export": "review",
+    "export-traces": "traces",
+    "fork": "fork",
+    "freeze-routing": "review",
+    "import": "review",
+    "lint": "review",
+    "migrate": "ops",
+    "pause": "ops",
+    "queue": "queue",
+    "raise-budget": "review",
+    "replay": "review",
+    "report": "review",
+    "resume": "ops",
+    "run": "run",
+    "runs": "runs",
+    "schema": "schema",
+    "show": "show",
+    "simulate": "simulate",
+    "stats": "review",
+    "submit": "queue",
+    "unfreeze-routing": "review",
+    "validate": "run",
+    "verify": "ops",
+    "worker": "queue",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose commands are imported by name, on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(f"fsm_agent.cli.{COMMANDS[cmd_name]}")
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(None, "-V", "--version", package_name="fsm-agent")
 def cli() -> None:
     """Run AI agents as declared finite-state machines; every halt is named and journaled.
@@ -30,89 +72,8 @@ def cli() -> None:
     """
 
 
-def progress_line(quiet: bool) -> Callable[[Event], None]:
-    """The live `step 3/8` line of each transition, against the cap in force (an operator
-    may have raised it since the start)."""
-
-    def show(event: Event) -> None:
-        if quiet or event.kind != "transition":
-            return
-        steps, cap = event.snapshot.meters.steps_used, event.snapshot.budgets.max_steps
-        line = f"step {steps}/{cap}  {event.source} → {event.dest}  [{event.trigger}]"
-        if event.halt is not None:
-            line += f"  halt: {event.halt.value}"
-        # A closed terminal or pipe must not change how the run ends.
-        with contextlib.suppress(OSError):
-            click.echo(line, err=True)
-
-    return show
-
-
-def summary(record: HaltRecord) -> str:
-    packet = record.handoff
-    waiting = packet is not None and packet.awaits is not None
-    lines = [
-        f"{'waiting' if waiting else 'halted'}: {record.halt_reason.value}"
-        f" ({record.terminal_state})"
-        f" after {record.steps_used}/{record.max_steps} steps,"
-        f" {len(record.tool_calls)} tool call(s), {record.meters.elapsed_ms} ms",
-    ]
-    if record.answer is not None:
-        lines.append(f"answer: {record.answer}")
-    if record.grounded_by:
-        lines.append(f"grounded by: {', '.join(record.grounded_by)}")
-    if record.error:
-        lines.append(f"why: {record.error}")
-    lines += [
-        f"without complete receipts: {call}"
-        for call in record.unreceipted
-        if call not in (record.error or "")
-    ]
-    if record.success_rules < SUCCESS_RULES:
-        lines.append(f"decided under success rules {record.success_rules} (before {SUCCESS_RULES})")
-    if packet is not None and packet.awaits is not None:
-        lines.append(waits_line(record.run_id, packet))
-    return "\n".join(lines)
-
-
-def waits_line(run_id: str, packet: HandoffPacket) -> str:
-    """What a waiting run waits for, and the command that decides it."""
-    until = f" until {packet.wait_until}" if packet.wait_until else ""
-    if packet.awaits == "approval":
-        call = (packet.call_sha256 or "")[:12]
-        return (
-            f"waits for: a person's approval of call {call}{until}: fsm-agent approve"
-            f" {run_id} --call {call} --why … (or deny)"
-        )
-    return f"waits for: a person's answer{until}: fsm-agent answer {run_id} --text … --why …"
-
-
-def paused_or(drive: Callable[[], HaltRecord]) -> HaltRecord:
-    """Drive a run; if a person pauses it, say how to continue it and exit 75."""
-    try:
-        return drive()
-    except RunPaused as exc:
-        click.echo(f"{exc}; continue it with: fsm-agent resume {exc.run_id} --model …")
-        sys.exit(EXIT_PAUSED)
-
-
-def finish(record: HaltRecord, record_path: str, as_json: bool) -> None:
-    """Print how a run halted and exit with its code."""
-    if as_json:
-        click.echo(record_json(record), nl=False)
-    else:
-        click.echo(summary(record))
-        click.echo(f"record: {record_path}")
-    sys.exit(exit_code(record.halt_reason, record.signal))
-
-
-def run_dict(row: RunRow) -> dict[str, Any]:
-    """A run's row as `runs --json` and `show --json` print it: no declaration text, no
-    record (show prints that apart), and its status as people read it (`shown_status`)."""
-    from fsm_agent.runtime.resume import shown_status
-
-    data: dict[str, Any] = serde.unstructure(row)
-    data.pop("machine_text")
-    data.pop("record")
-    data["shown_status"] = shown_status(row)  # `interrupted` when its process is gone
-    return data
+def all_commands() -> dict[str, click.Command]:
+    """Every command, each module imported (for documentation and its tests)."""
+    ctx = click.Context(cli)
+    found = {name: cli.get_command(ctx, name) for name in cli.list_commands(ctx)}
+    return {name: command for name, command in found.items() if command is not None}

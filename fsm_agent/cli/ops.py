@@ -6,11 +6,11 @@ Registered on the `fsm-agent` group by `fsm_agent.cli.main`; a thin layer like t
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
-from fsm_agent.adapters.models import ModelAdapter
-from fsm_agent.cli.group import cli, finish, paused_or, progress_line
+from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import (
     OutputPath,
     cli_errors,
@@ -27,6 +27,7 @@ from fsm_agent.cli.options import (
     shown,
     temporal_option,
 )
+from fsm_agent.cli.run_output import finish, paused_or, progress_line
 from fsm_agent.cli.traces import live_traces, otel_options, traced
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import serde
@@ -41,6 +42,9 @@ from fsm_agent.redaction import run_secrets
 from fsm_agent.run_ids import RunNotFound, names_a_file, resolve_run_id
 from fsm_agent.runtime.record import HaltRecord, read_record
 from fsm_agent.runtime.tools import ToolRegistry, load_tools
+
+if TYPE_CHECKING:
+    from fsm_agent.adapters.models import ModelAdapter
 
 
 def _read_record(path: str) -> HaltRecord:
@@ -344,7 +348,7 @@ def resume(
 
 def _expired_wait(store: Store, run_id: str, record_path: str) -> HaltRecord | None:
     """A run that waits for a person's decision past its wait limit, ended `wait_expired`."""
-    from fsm_agent.runtime.resume import waiting_for
+    from fsm_agent.runtime.run_status import waiting_for
 
     row = store.get_run(run_id)
     if waiting_for(row) is None:

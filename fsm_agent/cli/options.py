@@ -17,17 +17,24 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from fsm_agent.adapters.loading import load_model
-from fsm_agent.adapters.models import ModelAdapter
 from fsm_agent.encoding import harden_streams
 from fsm_agent.errors import FsmAgentError, InvalidInputError
 from fsm_agent.halt import EXIT_INTERNAL_ERROR, EXIT_INVALID_INPUT
-from fsm_agent.journal.store import Store
 from fsm_agent.redaction import env_secrets
 from fsm_agent.runtime.record import DEFAULT_RECORD_PATH
 
 if TYPE_CHECKING:
+    from fsm_agent.adapters.models import ModelAdapter
     from fsm_agent.adapters.openai import Endpoint
+    from fsm_agent.journal.store import Store
+
+
+def load_model(spec: str, *, endpoint: Endpoint | None, search: tuple[Path, ...]) -> ModelAdapter:
+    """`fsm_agent.adapters.loading.load_model`, imported only by a command that takes a
+    model (the adapters are not what `runs` or `show` need)."""
+    from fsm_agent.adapters.loading import load_model as load
+
+    return load(spec, endpoint=endpoint, search=search)
 
 
 def here() -> tuple[Path, ...]:

@@ -26,11 +26,12 @@ from fsm_agent.cli.options import (
     shown,
     temporal_option,
 )
+from fsm_agent.cli.sources import fork_hint, load_checked, parent_of
 from fsm_agent.declaration.load import load_machine
 from fsm_agent.errors import InvalidInputError
 from fsm_agent.journal import serde
 from fsm_agent.journal.chain import ChainReport, verify_run
-from fsm_agent.journal.store import ControlKind, Event, RunRow
+from fsm_agent.journal.store import ControlKind
 from fsm_agent.review.diagram import (
     FORMATS,
     DiagramFormat,
@@ -43,26 +44,6 @@ from fsm_agent.review.replay import ReplayReport, replay_events, with_chain
 from fsm_agent.review.view import format_step
 from fsm_agent.run_ids import names_a_file, resolve_run_id
 from fsm_agent.runtime.record import atomic_write_text
-
-
-def _load(source: str, db: str) -> tuple[RunRow, list[Event]]:
-    """SOURCE is a run file (`export`'s output) or a run id in the journal at `db`."""
-    run, events, _ = load_checked(source, db)
-    return run, events
-
-
-def load_checked(source: str, db: str) -> tuple[RunRow, list[Event], ChainReport]:
-    """`_load`, with the verdict on the run's hash chain (a run file whose chain does not
-    verify is refused when it is read, naming the seq)."""
-    if names_a_file(source):
-        from fsm_agent.journal.runfile import read_run_file, verify_run_file
-
-        run_file = read_run_file(source)
-        return run_file.run, list(run_file.events), verify_run_file(run_file)
-    with read_journal(db) as store:  # one read-only open for the run and its verdict
-        run_id = resolve_run_id(store, source)
-        return store.get_run(run_id), store.events(run_id), verify_run(store, run_id)
-
 
 #: Exit code of a replay (or a report) that re-decided nothing: the machine's own modules
 #: (a user guard) do not import here.
@@ -133,7 +114,6 @@ def replay(
                 click.echo(f"quit after {seen} of {len(report.steps)} steps ({rest} not"
                            " shown); the verdict re-decided them all:")  # fmt: skip
                 break
-    from fsm_agent.cli.fork import fork_hint
 
     hint = fork_hint(report, machine_ref, db, from_file=names_a_file(source))
     if as_json:
@@ -244,7 +224,7 @@ def diagram(machine: str, fmt: DiagramFormat, output: str | None, run_source: st
     spec = load_machine(machine)
     path = None
     if run_source is not None:
-        run, events = _load(run_source, db)
+        run, events, _ = load_checked(run_source, db)
         if run.machine != spec.name:
             raise InvalidInputError(
                 f"run {run.run_id} ran machine {run.machine!r}, not {spec.name!r}"
@@ -279,7 +259,6 @@ def report_(source: str, output: str, db: str, as_json: bool) -> None:
     from fsm_agent.review.report import report_page, report_sections, write_report
 
     refuse_overlaps(db, {"--output": output}, {"SOURCE": source})
-    from fsm_agent.cli.fork import parent_of
 
     run, events, chain = load_checked(source, db)
     try:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from fsm_agent.cli.group import cli, run_dict
+from fsm_agent.cli.group import cli
 from fsm_agent.cli.options import (
     InputProblem,
     cli_errors,
@@ -19,6 +19,7 @@ from fsm_agent.cli.options import (
     read_journal,
     shown,
 )
+from fsm_agent.cli.run_output import run_dict
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import RunRow, Store
 
@@ -31,7 +32,7 @@ RUN_STATUSES = ("running", "interrupted", "paused", "waiting", "halted")
 def _listed_runs(store: Store, limit: int, status: str | None, **filters: Any) -> list[RunRow]:
     """The runs `runs` lists: filtered by the journal, newest first, at most `limit`; a
     status as people read it is split from the journal's (`shown_runs`)."""
-    from fsm_agent.runtime.resume import shown_runs
+    from fsm_agent.runtime.run_status import shown_runs
 
     if status is None:
         return store.list_runs(limit, **filters)
@@ -106,7 +107,7 @@ def runs(
     if not rows:
         click.echo(f"no runs in {shown(db)}")
         return
-    from fsm_agent.runtime.resume import shown_status
+    from fsm_agent.runtime.run_status import shown_status
 
     table = []
     for r in rows:

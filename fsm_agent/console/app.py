@@ -10,6 +10,8 @@ Every request's Host header must be one of the names the console answers
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
 
@@ -94,17 +96,35 @@ class HostCheck:
         await PlainTextResponse(why, status_code=400)(scope, receive, send)
 
 
-def build_app(store: Store, *, where: str, acts: bool, hosts: tuple[str, ...]) -> Starlette:
+def build_app(
+    store: Store,
+    *,
+    where: str,
+    acts: bool,
+    hosts: tuple[str, ...],
+    readers: Callable[[], Store] | None = None,
+) -> Starlette:
     """The console over `store` (`where`: the journal as its pages name it). `acts`: offer
-    operator acts; `hosts`: the names it answers (`fsm_agent.console.hosts.answered_hosts`)."""
+    operator acts; `hosts`: the names it answers (`fsm_agent.console.hosts.answered_hosts`);
+    `readers`: opens a read-only store of the same journal, for the pages of single runs
+    (`Journal.read_run`; without it they are read on `store`, one at a time)."""
     guard = Guard(new_token()) if acts else None
-    routes: list[BaseRoute] = list(Endpoints(Journal(store), where, guard).routes())
+    journal = Journal(store, readers)
+    routes: list[BaseRoute] = list(Endpoints(journal, where, guard).routes())
     routes.append(Mount("/static", StaticFiles(directory=static_dir()), name="static"))
     middleware = [
         Middleware(SecurityHeaders),
         Middleware(HostCheck, hosts=hosts),
     ]
-    return Starlette(routes=routes, middleware=middleware)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            journal.close()  # the pooled read-only stores
+
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
 
 
 def static_dir() -> Path:

@@ -20,7 +20,7 @@ import anyio
 from fsm_agent.journal.store import Event, Store
 from fsm_agent.review.truth import run_now
 from fsm_agent.review.view import event_lines
-from fsm_agent.runtime.resume import shown_status
+from fsm_agent.runtime.run_status import shown_status
 
 T = TypeVar("T")
 #: How often the server looks at the journal for a live run (seconds).
@@ -129,22 +129,29 @@ def live_update(
     store: Store, run_id: str, after: int | None
 ) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
     """The run now, every transition journaled after seq `after` up to the one it stands at
-    (none when `after` is None), and whether more were journaled meanwhile."""
+    (none when `after` is None), and whether more were journaled meanwhile. Only those
+    events are read (and one past them), however long the run."""
     state = live_state(store, run_id)
     if after is None or after >= state["seq"]:
         return state, [], False
-    events = store.events(run_id)
-    news = [transition(e) for e in events if after < e.seq <= state["seq"]]
+    events = store.events_between(run_id, after + 1, state["seq"] + 1)
+    news = [transition(e) for e in events if e.seq <= state["seq"]]
     return state, news, bool(events) and events[-1].seq > state["seq"]
 
 
 async def stream(
-    read: Reader, run_id: str, after: int | None = None, poll_s: float = POLL_S
+    read: Reader,
+    run_id: str,
+    after: int | None = None,
+    poll_s: float = POLL_S,
+    fetch: Reader | None = None,
 ) -> AsyncIterator[bytes]:
     """The run's state whenever it changes, until it has ended (or the client goes). Given
     `after` (the seq the page shows), each state carries every transition journaled since
     the last one sent (`transitions`, in order): none is skipped, however many are
-    journaled between two looks."""
+    journaled between two looks. `read` asks whether the journal changed (on the connection
+    whose version it keeps); `fetch` (default `read`) reads what changed."""
+    fetch = fetch or read
     sent: tuple[Any, ...] | None = None
     seen: object = object()
     quiet = 0.0
@@ -152,8 +159,8 @@ async def stream(
         version = await read(lambda s: s.control_version())
         if version is None or version != seen:
             seen = version
-            state, news, more = await read(functools.partial(live_update, run_id=run_id,
-                                                             after=after))  # fmt: skip
+            state, news, more = await fetch(functools.partial(live_update, run_id=run_id,
+                                                              after=after))  # fmt: skip
             if more:  # journaled while it was read: look again at once
                 seen = object()
             if news:

@@ -8,9 +8,9 @@ shown with `textContent`, and the parts it draws again as runs move (`run_list`,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from fsm_agent.console.queries import STATUSES, Listed, RunFilters, RunPage
 from fsm_agent.halt import HaltReason
@@ -19,7 +19,7 @@ from fsm_agent.review.report_html import badge, esc, json_text
 from fsm_agent.review.truth import LEGEND, MARK
 from fsm_agent.runtime.budgets import BUDGET_NAMES
 from fsm_agent.runtime.record import HandoffPacket
-from fsm_agent.runtime.resume import shown_status
+from fsm_agent.runtime.run_status import shown_status
 
 #: The task as the list shows it (the run page has all of it).
 TASK_EXCERPT = 120
@@ -259,6 +259,36 @@ def routing_acts() -> str:
         + _act_form("unfreeze-routing", "Unfreeze routing", "", None)
         + "</section>"
     )
+
+
+#: How many of a run's transitions its page lists at a time (the newest, by default).
+TIMELINE_PAGE = 200
+
+
+def timeline_page(run_id: str, upto: int | None) -> Callable[[int], tuple[range, str]]:
+    """For a run of `total` events: the seqs its page's timeline lists (the `TIMELINE_PAGE`
+    ending at `upto`, default the newest) and the links to the pages before and after."""
+
+    def window(total: int) -> tuple[range, str]:
+        last = total - 1 if upto is None else max(0, min(upto, total - 1))
+        first = max(0, last - TIMELINE_PAGE + 1)
+        if first == 0 and last == total - 1:
+            return range(first, last + 1), ""
+        base = f"/runs/{quote(run_id, safe='')}"
+        links = []
+        if first > 0:
+            links.append(f'<a href="{base}?upto={first - 1}" rel="prev">earlier</a>')
+        if last < total - 1:
+            later = min(total - 1, last + TIMELINE_PAGE)
+            links.append(f'<a href="{base}?upto={later}" rel="next">later</a>')
+            links.append(f'<a href="{base}">newest</a>')
+        pager = (
+            f'<p class="pager" id="timeline-pager">seq {first} to {last} of {total} ·'
+            f" {' · '.join(links)}</p>"
+        )
+        return range(first, last + 1), pager
+
+    return window
 
 
 def report_parts(parts: ReportSections) -> dict[str, str]:

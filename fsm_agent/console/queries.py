@@ -24,10 +24,10 @@ import attrs
 
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal import serde
-from fsm_agent.journal.store import Event, RunRow, RunSummary, Store
+from fsm_agent.journal.store import RunRow, RunSummary, Store
 from fsm_agent.review.truth import Truth, Truths, run_now
 from fsm_agent.review.usage import run_usage
-from fsm_agent.runtime.resume import shown_runs
+from fsm_agent.runtime.run_status import shown_runs
 
 #: Runs on one page of the list.
 PAGE_SIZE = 50
@@ -108,13 +108,14 @@ def run_cap(run: RunRow) -> int:
     return run.record.max_steps if run.record is not None else run.budgets.max_steps
 
 
-def step_detail(events: Sequence[Event], seq: int) -> dict[str, Any] | None:
-    """One journaled transition as JSON data (snapshot, guards, facts …), or None."""
-    for ev in events:
-        if ev.seq == seq:
-            data: dict[str, Any] = serde.unstructure(ev)
-            return data
-    return None
+def step_detail(store: Store, run_id: str, seq: int) -> dict[str, Any] | None:
+    """One journaled transition as JSON data (snapshot, guards, facts …), or None: that
+    event alone is read, however long the run."""
+    ev = store.event_at(run_id, seq)
+    if ev is None:
+        return None
+    data: dict[str, Any] = serde.unstructure(ev)
+    return data
 
 
 def _bucket(started_at: str, hourly: bool) -> str:

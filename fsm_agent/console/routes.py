@@ -1,12 +1,17 @@
 """The console's endpoints: the pages, the JSON its script reads (a step, the report's parts
 and the list's rows drawn again as runs move), the live stream and (in write mode only) the
-acts. Every journal read goes through `Journal.read` (one worker
-thread at a time on the console's one connection).
+acts. A page of one run (its body, a step, its parts, its live transitions) is read through
+`Journal.read_run`, on a pool of read-only connections, several at a time: a slow run page
+never holds up the list. The list, the charts and the acts go through `Journal.read`, one
+worker thread at a time on the console's own connection (whose change counter, and the
+verdicts kept while it stands, they share).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import queue
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -31,6 +36,7 @@ from fsm_agent.console.queries import (
     step_detail,
 )
 from fsm_agent.console.step import step_html
+from fsm_agent.declaration.spec import MachineSpec
 from fsm_agent.errors import FsmAgentError, InvalidInputError
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import Store
@@ -43,18 +49,25 @@ from fsm_agent.run_ids import RunNotFound
 T = TypeVar("T")
 #: The charts' window when the page names none.
 DEFAULT_SINCE = "7d"
+#: How many pages of single runs are read at once (each on a read-only connection of its own).
+READERS = 4
 
 
 class Journal:
-    """The console's one store, read by one worker thread at a time (a SQLite connection
-    is not for concurrent use)."""
+    """The console's store, read by one worker thread at a time (a connection is not for
+    concurrent use), and, given `opener`, a pool of up to `READERS` read-only stores for the
+    pages of single runs, each used by one worker thread at a time."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, opener: Callable[[], Store] | None = None) -> None:
         self.store = store
         self.lock = threading.Lock()
         self.tools = ToolTimes()
         #: the verdicts on the runs' chains, kept while the journal does not change
         self.truths = Truths()
+        self._opener = opener
+        self._idle: queue.SimpleQueue[Store] = queue.SimpleQueue()
+        self._opened: list[Store] = []
+        self._limiter: anyio.CapacityLimiter | None = None
 
     def _locked(self, fn: Callable[[Store], T]) -> T:
         with self.lock:
@@ -64,12 +77,51 @@ class Journal:
         """`fn(store)` in a worker thread, under the lock."""
         return anyio.to_thread.run_sync(self._locked, fn)
 
+    def _pooled(self, fn: Callable[[Store], T]) -> T:
+        try:
+            store = self._idle.get_nowait()
+        except queue.Empty:  # fewer than READERS open: the limiter lets no more in at once
+            assert self._opener is not None  # noqa: S101 - only called with an opener
+            store = self._opener()
+            with self.lock:
+                self._opened.append(store)
+        try:
+            return fn(store)
+        finally:
+            self._idle.put(store)
+
+    async def read_run(self, fn: Callable[[Store], T]) -> T:
+        """`fn(store)` for a page of one run: on a pooled read-only store, up to `READERS`
+        at once (without an opener, as `read`)."""
+        if self._opener is None:
+            return await self.read(fn)
+        if self._limiter is None:  # made in the event loop (anyio's limiters belong to one)
+            self._limiter = anyio.CapacityLimiter(READERS)
+        return await anyio.to_thread.run_sync(self._pooled, fn, limiter=self._limiter)
+
+    def close(self) -> None:
+        """Close the pooled stores (the console's own store is its opener's to close)."""
+        with self.lock:
+            opened, self._opened = self._opened, []
+        for store in opened:
+            store.close()
+
 
 def json_response(data: Any, status: int = 200) -> Response:
     """JSON with `<`, `>`, `&` escaped: safe even if a browser were to sniff it."""
     text = json.dumps(data, ensure_ascii=True, default=str)
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return Response(text, status_code=status, media_type="application/json")
+
+
+def _upto(q: Any) -> int | None:
+    """A run page's `upto` (the last seq its timeline lists): digits, or absent."""
+    raw = q.get("upto")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or not raw.isascii():
+        raise InvalidInputError(f"upto must be a sequence number, not {raw[:40]!r}")
+    return int(raw)
 
 
 def _filters(q: dict[str, str]) -> tuple[RunFilters, tuple[str, str] | None]:
@@ -95,8 +147,12 @@ def _filters(q: dict[str, str]) -> tuple[RunFilters, tuple[str, str] | None]:
     return f, (at, rid) if at and rid else None
 
 
-def _report(store: Store, run_id: str) -> tuple[ReportSections | None, str]:
-    """The run's report parts as of now (None, and why, when they cannot be drawn)."""
+def _report(
+    store: Store, run_id: str, upto: int | None = None
+) -> tuple[ReportSections | None, str]:
+    """The run's report parts as of now (None, and why, when they cannot be drawn), its
+    timeline a page of transitions: `pages.TIMELINE_PAGE` ending at seq `upto` (default:
+    the newest)."""
     from fsm_agent.journal.chain import verify_run
     from fsm_agent.journal.chain_key import key_from_env
     from fsm_agent.review.lineage import parent_facts
@@ -106,16 +162,18 @@ def _report(store: Store, run_id: str) -> tuple[ReportSections | None, str]:
     events = store.events(run_id)
     try:
         chain = verify_run(store, run_id, key=key_from_env())
-        return report_sections(run, events, chain, parent_facts(store, events)), ""
+        parent = parent_facts(store, events)
+        window = pages.timeline_page(run_id, upto)
+        return report_sections(run, events, chain, parent, timeline=window), ""
     except FsmAgentError as exc:
         return None, f"the report cannot be drawn: {exc}"
 
 
-def _run_body(store: Store, run_id: str, acts: bool) -> str:
+def _run_body(store: Store, run_id: str, acts: bool, upto: int | None = None) -> str:
     """One run's page body: its live panel, its acts, the report's parts. The panel is read
     first: the stream sends every transition after its seq, the report may hold more."""
     state = live_state(store, run_id)
-    parts, problem = _report(store, run_id)
+    parts, problem = _report(store, run_id, upto)
     act_forms = pages.run_acts(run_id) if acts and not state["ended"] else ""
     record = store.get_run(run_id).record if acts and state["status"] == "waiting" else None
     if record is not None and record.handoff is not None:
@@ -123,20 +181,31 @@ def _run_body(store: Store, run_id: str, acts: bool) -> str:
     return pages.run_page(run_id, parts, problem, pages.live_panel(state), act_forms)
 
 
-def _parts(store: Store, run_id: str) -> dict[str, Any]:
+def _parts(store: Store, run_id: str, upto: int | None = None) -> dict[str, Any]:
     """The report's parts as the run page redraws them while the run is live."""
-    parts, problem = _report(store, run_id)
+    parts, problem = _report(store, run_id, upto)
     if parts is None:
         return {"error": problem}
     return {"sections": pages.report_parts(parts)}
 
 
 def _step(store: Store, run_id: str, seq: int) -> str | None:
+    """The step viewer's body for the event at `seq` (None: none there): that event and the
+    run's row are read, however long the run."""
+    ev = store.event_at(run_id, seq)
+    if ev is None:
+        return None
+    run = store.get_run(run_id)
+    return step_html(_declared(run.run_id, run.machine_text), ev)
+
+
+@functools.lru_cache(maxsize=32)
+def _declared(run_id: str, text: str) -> MachineSpec:
+    """The declaration a run ran under, parsed once for all its step views (a key press
+    each: the parse is not done again per step)."""
     from fsm_agent.declaration.load import parse_machine
 
-    run = store.get_run(run_id)
-    spec = parse_machine(run.machine_text, source=f"journal:{run_id}", resolve=False)
-    return step_html(spec, store.events(run_id), seq)
+    return parse_machine(text, source=f"journal:{run_id}", resolve=False)
 
 
 class Endpoints:
@@ -214,7 +283,11 @@ class Endpoints:
         run_id = request.path_params["run_id"]
         acts = self.guard is not None
         try:
-            body = await self.journal.read(lambda s: _run_body(s, run_id, acts))
+            upto = _upto(request.query_params)
+        except InvalidInputError as exc:
+            return self._html("bad request", "run", f"<h1>{esc(str(exc))}</h1>", 400)
+        try:
+            body = await self.journal.read_run(lambda s: _run_body(s, run_id, acts, upto))
         except RunNotFound:
             return self._html("no such run", "run", "<h1>No such run</h1>", 404)
         return self._html(f"fsm-agent run {esc(run_id)}", "run", body)
@@ -223,7 +296,7 @@ class Endpoints:
         """One journaled transition as JSON (the step viewer's)."""
         run_id, seq = request.path_params["run_id"], int(request.path_params["seq"])
         try:
-            data = await self.journal.read(lambda s: step_detail(s.events(run_id), seq))
+            data = await self.journal.read_run(lambda s: step_detail(s, run_id, seq))
         except RunNotFound:
             data = None
         if data is None:
@@ -234,7 +307,7 @@ class Endpoints:
         """One journaled transition as the step viewer shows it: `{"seq": …, "html": …}`."""
         run_id, seq = request.path_params["run_id"], int(request.path_params["seq"])
         try:
-            found = await self.journal.read(lambda s: _step(s, run_id, seq))
+            found = await self.journal.read_run(lambda s: _step(s, run_id, seq))
         except RunNotFound:
             found = None
         except FsmAgentError as exc:
@@ -247,7 +320,11 @@ class Endpoints:
         """The run's report parts, drawn again (`{"sections": {id: html}}`)."""
         run_id = request.path_params["run_id"]
         try:
-            return json_response(await self.journal.read(lambda s: _parts(s, run_id)))
+            upto = _upto(request.query_params)
+        except InvalidInputError as exc:
+            return json_response({"error": str(exc)}, 400)
+        try:
+            return json_response(await self.journal.read_run(lambda s: _parts(s, run_id, upto)))
         except RunNotFound:
             return json_response({"error": "no such run"}, 404)
 
@@ -264,7 +341,8 @@ class Endpoints:
         except RunNotFound:
             return json_response({"error": "no such run"}, 404)
         return StreamingResponse(
-            stream(self.journal.read, run_id, after), media_type="text/event-stream",
+            stream(self.journal.read, run_id, after, fetch=self.journal.read_run),
+            media_type="text/event-stream",
             headers={"x-accel-buffering": "no"},
         )  # fmt: skip
 

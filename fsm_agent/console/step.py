@@ -7,7 +7,7 @@ too, folded away. Every journal string goes through `esc`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from fsm_agent.declaration.spec import MachineSpec
@@ -148,11 +148,8 @@ def _snapshot(snap: Snapshot) -> str:
     return "<h3>Snapshot</h3>" + dl(rows)
 
 
-def step_html(spec: MachineSpec, events: Sequence[Event], seq: int) -> str | None:
-    """The step viewer's body for the transition at `seq` (None: no such event)."""
-    ev = next((e for e in events if e.seq == seq), None)
-    if ev is None:
-        return None
+def step_html(spec: MachineSpec, ev: Event) -> str:
+    """The step viewer's body for one journaled transition."""
     guards = guards_list(spec, ev)
     decided = f"<h3>Guards</h3>{guards}" if guards else ""
     note = f'<p class="note">{esc(ev.note)}</p>' if ev.note else ""

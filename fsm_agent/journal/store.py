@@ -269,6 +269,18 @@ class Store(Protocol):
         """The run's newest event (one row read, however long the run)."""
         ...
 
+    def events_between(self, run_id: str, first: int, last: int) -> list[Event]:
+        """The run's events from seq `first` to `last` (both included), in order: those rows
+        and the run's first are read, however long the run. `RunNotFound` if there is no
+        such run."""
+        ...
+
+    def event_at(self, run_id: str, seq: int) -> Event | None:
+        """The run's event at `seq` (None: the run has none there): that row and the run's
+        first (what its values are written against) are read, however long the run.
+        `RunNotFound` if there is no such run."""
+        ...
+
     def add_control(self, control: Control) -> int: ...
 
     def controls(self, run_id: str, after: int = 0) -> list[Control]: ...

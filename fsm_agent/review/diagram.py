@@ -17,7 +17,6 @@ from typing import Literal
 
 from fsm_agent.declaration.spec import MachineSpec, TransitionSpec
 from fsm_agent.errors import InvalidInputError
-from fsm_agent.review import svg_render
 from fsm_agent.review.diagram_labels import (
     label_lines,
     lacking_lines,
@@ -25,7 +24,6 @@ from fsm_agent.review.diagram_labels import (
     reason_lines,
     title_lines,
 )
-from fsm_agent.review.mermaid import to_mermaid
 from fsm_agent.review.run_path import RunPath, path_of_run, path_on, run_path
 
 __all__ = [
@@ -144,8 +142,17 @@ def to_dot(spec: MachineSpec, path: RunPath | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def to_mermaid(spec: MachineSpec, path: RunPath | None = None) -> str:
+    """Mermaid `flowchart` text (`fsm_agent.review.mermaid`, imported when one is drawn)."""
+    from fsm_agent.review import mermaid
+
+    return mermaid.to_mermaid(spec, path)
+
+
 def to_svg(spec: MachineSpec, path: RunPath | None = None) -> str:
     """SVG drawn by graphviz-pure, or by Graphviz's `dot` without it (see `svg_render`)."""
+    from fsm_agent.review import svg_render  # a renderer to find: only when SVG is drawn
+
     renderer = svg_render.find_renderer()
     if renderer is None:
         raise GraphvizMissing()

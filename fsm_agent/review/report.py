@@ -11,7 +11,7 @@ Output is deterministic: the same journal gives the same bytes.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -43,7 +43,7 @@ from fsm_agent.review.truth import Truth, headline_halt
 from fsm_agent.review.view import call_kind, format_step
 from fsm_agent.runtime.budgets import dollars
 from fsm_agent.runtime.record import HaltRecord, atomic_write_text
-from fsm_agent.runtime.resume import shown_status
+from fsm_agent.runtime.run_status import shown_status
 from fsm_agent.runtime.snapshot import SUCCESS_RULES
 
 __all__ = ["ReportSections", "incident_report", "report_sections", "safe_svg", "write_report"]
@@ -256,9 +256,12 @@ def report_sections(
     events: Sequence[Event],
     chain: ChainReport | None = None,
     parent: ParentFacts | None = None,
+    timeline: Callable[[int], tuple[range, str]] | None = None,
 ) -> ReportSections:
     """The report's parts for one run (raises as `incident_report` does); a fork's header
-    shows its lineage, compared with its `parent`'s facts when they are given."""
+    shows its lineage, compared with its `parent`'s facts when they are given. `timeline`:
+    given the number of events, which seqs the timeline shows and the links to the rest
+    (the console's pages of a long run; default: every event)."""
     spec = parse_machine(run.machine_text, source=f"journal:{run.run_id}", resolve=False)
     report = with_chain(replay_events(run, events), chain)
     reason = run.halt_reason.value if run.halt_reason else run.status
@@ -271,7 +274,9 @@ def report_sections(
         usage=usage_section(events),
         diagram=_diagram_section(spec, run, events),
         replay=_replay_section(run, report),
-        timeline=timeline_section(spec, events, report),
+        timeline=timeline_section(
+            spec, events, report, *(timeline(len(events)) if timeline else ())
+        ),
         verdict=report,
     )
 

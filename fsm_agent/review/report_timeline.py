@@ -126,14 +126,23 @@ def _row(spec: MachineSpec, ev: Event, verdict: str | None) -> str:
     )
 
 
-def timeline_section(spec: MachineSpec, events: Sequence[Event], report: ReplayReport) -> str:
+def timeline_section(
+    spec: MachineSpec,
+    events: Sequence[Event],
+    report: ReplayReport,
+    shown: range | None = None,
+    pager: str = "",
+) -> str:
+    """The timeline: a row per event, or only those whose seq is in `shown` (the console's
+    page of a long run), with `pager` (its links to the other pages) above the rows."""
     verdicts = {s.seq: s.verdict for s in report.steps}
     head = (
         "<thead><tr><th>seq</th><th>step</th><th>transition</th><th>guards</th>"
         "<th>model reply / tool call</th><th>meters</th><th>replay</th></tr></thead>"
     )
-    rows = "".join(_row(spec, ev, verdicts.get(ev.seq)) for ev in events)
+    picked = events if shown is None else [ev for ev in events if ev.seq in shown]
+    rows = "".join(_row(spec, ev, verdicts.get(ev.seq)) for ev in picked)
     return (
         f'<section id="timeline"><h2>Timeline: {len(events)} journaled transitions</h2>'
-        f"<table>{head}<tbody>{rows}</tbody></table></section>"
+        f"{pager}<table>{head}<tbody>{rows}</tbody></table></section>"
     )

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fsm_agent.journal.store import Event
-from fsm_agent.review.replay import StepReport
 from fsm_agent.review.usage import call_text
 from fsm_agent.runtime.budgets import dollars
 from fsm_agent.runtime.receipts import Receipt
+
+if TYPE_CHECKING:  # `show` prints events: the replay is for `replay --step` only
+    from fsm_agent.review.replay import StepReport
 
 
 def abridge(value: Any, limit: int = 120) -> str:

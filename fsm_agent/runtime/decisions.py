@@ -23,7 +23,8 @@ from fsm_agent.runtime.context import Clock
 from fsm_agent.runtime.decided import Act, span
 from fsm_agent.runtime.journaling import now_iso
 from fsm_agent.runtime.record import HaltRecord
-from fsm_agent.runtime.resume import restore_context, shown_runs
+from fsm_agent.runtime.resume import restore_context
+from fsm_agent.runtime.run_status import shown_runs
 from fsm_agent.runtime.tools import ToolRegistry
 from fsm_agent.runtime.waiting import (
     Waiting,

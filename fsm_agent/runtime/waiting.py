@@ -39,7 +39,8 @@ from fsm_agent.runtime.journaling import now_iso
 from fsm_agent.runtime.operator_acts import signature
 from fsm_agent.runtime.proposals import ToolCall
 from fsm_agent.runtime.record import HaltRecord
-from fsm_agent.runtime.resume import EntryTrip, verified, waiting_for
+from fsm_agent.runtime.resume import EntryTrip, verified
+from fsm_agent.runtime.run_status import waiting_for
 from fsm_agent.runtime.snapshot import Snapshot, entering
 
 #: each act -> the trigger it fires out of `handoff`, and what the run must wait for

@@ -6,7 +6,7 @@ stamps what the runtime would take from the host — the events' and the run's w
 the owner's pid and host, the pid in a resume's note, the journal a record names — with the
 virtual clock's reading, no owner and a fixed name, so the same tape gives the same journal
 byte for byte. A run owned by no pid is one whose process is gone
-(`fsm_agent.runtime.resume.liveness`), as after a real kill.
+(`fsm_agent.runtime.run_status.liveness`), as after a real kill.
 
 `crash_at=N`: the process dies just before its Nth write (1 = the run's first). The write
 raises `SimulatedCrash`, and so does every later call on this store: nothing more reaches

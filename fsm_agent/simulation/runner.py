@@ -28,7 +28,7 @@ from fsm_agent.runtime.budgets import make_budgets
 from fsm_agent.runtime.decided import Act
 from fsm_agent.runtime.decisions import decide_run
 from fsm_agent.runtime.record import HaltRecord
-from fsm_agent.runtime.resume import waiting_for
+from fsm_agent.runtime.run_status import waiting_for
 from fsm_agent.runtime.tools import ToolRegistry
 from fsm_agent.runtime.worker import resume_run, run
 from fsm_agent.simulation.clock import VirtualClock

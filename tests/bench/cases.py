@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests.bench import baselines, declarations, peers, pg, processes, runtime, scaling
 from tests.bench.checklist import HELP, IMPORT, OVERSHOOT, POSTGRES, PYTHON, REPLAY
+from tests.bench.processes import REVIEW, review_metric
 from tests.bench.scaling import Scale
 from tests.bench.workload import Scratch, Workload
 
@@ -133,7 +134,7 @@ def _burr(plan: Plan) -> Measured:
     return {"Burr": [peers.burr(plan.workload, plan.scratch)]}
 
 
-STARTUP = (PYTHON, IMPORT, HELP)
+STARTUP = (PYTHON, IMPORT, HELP, *(review_metric(name) for name in REVIEW))
 CASES = (
     Case("floor", ("floor",), _floor),
     Case("naive", ("naive",), _naive),

@@ -1,4 +1,4 @@
-"""The table's rows (metrics) and the targets checklist of issue 16.
+"""The table's rows (metrics) and the targets checklist of issues 16 and 30.
 
 - fsm-agent (default isolation) per journaled transition: <= 2.0x naive (stretch 1.5x)
 - against Burr's SQLite persister at the same durability (WAL, synchronous=NORMAL):
@@ -9,6 +9,7 @@
 - journal: <= 700 B/transition; each declaration stored once per sha256
 - PostgreSQL store, 1 worker, per transition: measured and reported against SQLite
 - wall-clock overshoot on a hung call (max of 20): <= 50 ms
+- cold `fsm-agent runs` / `show RUN` / `replay RUN` on a small run: <= 5x `python -c pass`
 
 Every ratio is the median of per-round ratios of two cases measured in the same rounds.
 The scaling targets take the largest size measured (100,000 in a full run) and the scale's
@@ -18,6 +19,7 @@ base (1,000); `--smoke` runs tiny sizes, so its scaling lines compare those inst
 from __future__ import annotations
 
 from tests.bench import declarations, scaling
+from tests.bench.processes import REVIEW, review_metric
 from tests.bench.report import Metric, Target
 from tests.bench.scaling import Scale
 
@@ -56,6 +58,7 @@ def metrics(scale: Scale) -> tuple[Metric, ...]:
         Metric(PYTHON, "ms"),
         Metric(IMPORT, "ms", (PYTHON,)),
         Metric(HELP, "ms", (PYTHON,)),
+        *(Metric(review_metric(name), "ms", (PYTHON,)) for name in REVIEW),
     )
 
 
@@ -90,4 +93,6 @@ def targets(scale: Scale) -> tuple[Target, ...]:
                "ratio", 0.0, direction="report", baseline="fsm-agent", fmt="{:.2f}x"),
         Target("wall-clock overshoot on a hung call (max of all runs)", OVERSHOOT, "max", 50,
                fmt="{:.1f} ms"),
+        *(_ratio(f"cold `fsm-agent {name}` on a small run / python -c pass",
+                 review_metric(name), PYTHON, 5.0) for name in REVIEW),
     )  # fmt: skip

@@ -194,9 +194,9 @@ def worker_command(address: str, db: str, concurrency: int | None) -> list[str]:
 def cli_concurrency() -> int | None:
     """The default of `fsm-agent worker --concurrency` (None if it cannot be read)."""
     try:
-        from fsm_agent.cli.main import cli
+        from fsm_agent.cli.group import all_commands
 
-        command = cli.commands["worker"]
+        command = all_commands()["worker"]
         (option,) = [p for p in command.params if p.name == "concurrency"]
         default = option.default
         return default if isinstance(default, int) else None

@@ -141,7 +141,10 @@
     drawing = (async () => {
       do {
         again = false;
-        const data = await api("/api/runs/" + encodeURIComponent(runId) + "/parts");
+        // the same page of the timeline as the page shows (`?upto=SEQ`, or the newest)
+        const upto = new URLSearchParams(window.location.search).get("upto");
+        const page = upto === null ? "" : "?upto=" + encodeURIComponent(upto);
+        const data = await api("/api/runs/" + encodeURIComponent(runId) + "/parts" + page);
         if (!data.sections) continue;
         for (const [id, html] of Object.entries(data.sections)) {
           const old = document.getElementById(id);
