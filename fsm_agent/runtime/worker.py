@@ -37,7 +37,7 @@ from fsm_agent.errors import (
 from fsm_agent.halt import HaltReason
 from fsm_agent.journal.store import Control, Event, RunRow, Store
 from fsm_agent.outputs import check_run_outputs
-from fsm_agent.redaction import run_secrets
+from fsm_agent.redaction import Redactor, run_secrets
 from fsm_agent.run_ids import check_run_id
 from fsm_agent.runtime.actions import Steps, ask_judge, perform, success_possible
 from fsm_agent.runtime.budgets import Budgets, make_budgets, tripped_meter
@@ -148,14 +148,19 @@ def new_context(
     judge: Callable[[Snapshot], Any] | None = None,
     secret_env: Sequence[str] = (),
     allow: Sequence[str] | None = None,
+    secrets: Redactor | None = None,
 ) -> tuple[RunContext, str]:
     """A new run's context and id, every input checked (`InvalidInputError` before anything
-    runs): what `run` starts, and what a durable workflow starts (`fsm_agent.temporal`)."""
+    runs): what `run` starts, and what a durable workflow starts (`fsm_agent.temporal`).
+    `secrets`: what the run redacts, already read (a workflow's, read once when its worker
+    started: workflow code never reads the environment); default: read now from
+    `secret_env` and the model's own key."""
     spec = load_machine(machine) if isinstance(machine, str) else machine
     if not isinstance(task, str) or not task.strip():
         raise InvalidInputError("task must be a non-empty string")
     refuse_unencodable("the task", task)
-    secrets = run_secrets(secret_env, model)
+    if secrets is None:
+        secrets = run_secrets(secret_env, model)
     rid = uuid.uuid4().hex[:12] if run_id is None else check_run_id(run_id, where="run_id")
     frozen = make_budgets(spec.budgets, budgets)
     declared_policy = spec.policy_path()

@@ -150,7 +150,7 @@ class RunWorkflow:
         ctx, run_id = new_context(
             spec, task=job.task, model=setup.model, tools=setup.tools, control=given.control,
             budgets=attrs.asdict(job.budgets), clock=workflow.time, run_id=job.run_id,
-            repair=setup.repair, judge=setup.judge, secret_env=setup.secret_env,
+            repair=setup.repair, judge=setup.judge, secrets=setup.secrets,
             allow=setup.allow, halt_lane=given.halt_lane, thrash_limit=given.thrash_limit,
         )  # fmt: skip
         worker = Worker(ctx, journal, run_id, None, None, False, None, _wall)  # type: ignore[arg-type]
