@@ -3,8 +3,8 @@
 A run written with `FSM_AGENT_WITNESS` set is witnessed as it goes; one written before, or
 by a writer without it, is not. Anchoring witnesses such runs as they are now: each run
 that verifies (checked with the key, against what the witness already saw of it) gets one
-line with its head, and its seal if it has halted. Registered on the `fsm-agent` group by
-`fsm_agent.cli.main`.
+line with its head, and its seal if it has halted. Registered on the `fsm-agent`
+group when imported (`fsm_agent.cli.group.COMMANDS`).
 """
 
 from __future__ import annotations

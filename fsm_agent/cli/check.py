@@ -1,5 +1,6 @@
 """`fsm-agent check`: prove a declaration's five properties before it runs, or show a
-counterexample (and write it as a run file). Registered by `fsm_agent.cli.main`."""
+counterexample (and write it as a run file). Registered when imported
+(`fsm_agent.cli.group.COMMANDS`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """`fsm-agent console`: a local web console over the journal (`fsm_agent.console`).
 
-Registered on the `fsm-agent` group by `fsm_agent.cli.main`; a thin layer like the rest of it.
-The server (Starlette, uvicorn) is the optional `console` extra, imported only here.
+Registered on the `fsm-agent` group when imported (`fsm_agent.cli.group.COMMANDS`); a thin
+layer like the rest of it. The server (Starlette, uvicorn) is the optional `console` extra,
+imported only here.
 """
 
 from __future__ import annotations

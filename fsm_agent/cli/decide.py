@@ -2,8 +2,8 @@
 
 Each journals the person's decision as one chained event and goes on with the same run from
 the journal (`fsm_agent.runtime.decisions`), on any host that holds it; like `resume`, it
-needs the model and the tools module again. Registered on the `fsm-agent` group by
-`fsm_agent.cli.main`.
+needs the model and the tools module again. Registered on the `fsm-agent`
+group when imported (`fsm_agent.cli.group.COMMANDS`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """`fsm-agent fork RUN --at SEQ`: a new run that takes a recorded run's facts up to one of
 its events as its own past and goes on live from there (`fsm_agent.runtime.fork`).
 
-Registered on the `fsm-agent` group by `fsm_agent.cli.main`; a thin layer like the rest.
+Registered on the `fsm-agent` group when imported (`fsm_agent.cli.group.COMMANDS`); a thin
+layer like the rest.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 or FSM_AGENT_TEMPORAL, or `dev`: a development server on 127.0.0.1:7233, which
 `fsm-agent worker` starts when none answers there.
 
-Registered on the `fsm-agent` group by `fsm_agent.cli.main`.
+Registered on the `fsm-agent` group when imported (`fsm_agent.cli.group.COMMANDS`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """`fsm-agent runs`: the runs of a journal, newest first, filtered by the journal's query.
 
-Registered on the `fsm-agent` group by `fsm_agent.cli.main`; a thin layer like the rest of it.
+Registered on the `fsm-agent` group when imported (`fsm_agent.cli.group.COMMANDS`); a thin
+layer like the rest of it.
 """
 
 from __future__ import annotations

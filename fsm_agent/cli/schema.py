@@ -1,8 +1,8 @@
 """`fsm-agent schema`: print or write the JSON Schema of a machine declaration or a halt
 policy, for editors (`# yaml-language-server: $schema=…`) and CI validators.
 
-Registered on the `fsm-agent` group by `fsm_agent.cli.main`; the schemas come from
-`fsm_agent.declaration.documents`, the types the loaders check against.
+Registered on the `fsm-agent` group when imported (`fsm_agent.cli.group.COMMANDS`); the
+schemas come from `fsm_agent.declaration.documents`, the types the loaders check against.
 """
 
 from __future__ import annotations

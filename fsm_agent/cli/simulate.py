@@ -1,7 +1,7 @@
 """`fsm-agent simulate`: run a machine many ways on a virtual clock, with drawn model replies
 and tool results and, optionally, crashes followed by resume; check every run.
 
-Registered on the `fsm-agent` group by `fsm_agent.cli.main`; the work is
+Registered on the `fsm-agent` group when imported (`fsm_agent.cli.group.COMMANDS`); the work is
 `fsm_agent.simulation.session.simulate`.
 """
 

@@ -1,8 +1,9 @@
 """Traces from the command line: `--otel` on the commands that drive runs (`run`, `resume`,
 `worker`), and `fsm-agent export-traces` for runs already in the journal.
 
-Registered on the `fsm-agent` group by `fsm_agent.cli.main`; the spans are built and sent by
-`fsm_agent.telemetry`, whose OpenTelemetry imports happen only when traces are asked for.
+Registered on the `fsm-agent` group when imported (`fsm_agent.cli.group.COMMANDS`); the
+spans are built and sent by `fsm_agent.telemetry`, whose OpenTelemetry imports happen only
+when traces are asked for.
 """
 
 from __future__ import annotations
