@@ -242,6 +242,8 @@ transitions:
     ),
 )
 @example(names=["needs-review", "note"], triggers=["needs-review", " 0"])  # CI found it
+@example(names=["needs-review", "0\xa0"], triggers=["needs-review", "note"])  # and this
+@example(names=["\u3000x", "y\u2003"], triggers=["a\u00a0", "\u205fb"])  # other end spaces
 def test_mermaid_is_valid_for_every_name_the_loader_accepts(
     mermaid_page: Watched, names: list[str], triggers: list[str]
 ) -> None:

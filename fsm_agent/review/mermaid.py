@@ -49,15 +49,27 @@ _PLAIN_ID = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _ESCAPED = frozenset('#;:"%<>&|`')
 
 
+def _trimmed(c: str) -> bool:
+    """What Mermaid trims from either end of a label (JavaScript's `trim`: every space
+    separator, a no-break space among them, and U+FEFF)."""
+    return c.isspace() or c == "\ufeff"
+
+
+def _kept(c: str) -> str:
+    """A space at either end as an entity code, which survives the trim: a plain space as a
+    no-break space (a label's HTML would drop a plain one), any other as itself."""
+    return "#160;" if c in " \xa0" else f"#{ord(c)};"
+
+
 def mermaid_text(text: str) -> str:
     """`text` for a quoted Mermaid label: the characters Mermaid reads as entity codes, and
-    spaces at either end as no-break spaces (a label's HTML drops plain ones, so ` 0` would
-    be drawn as `0`, the same as another name)."""
-    body = "".join(f"#{ord(c)};" if c in _ESCAPED else c for c in text.strip(" "))
-    lead, trail = len(text) - len(text.lstrip(" ")), len(text) - len(text.rstrip(" "))
-    if not body:
-        return "#160;" * len(text)
-    return "#160;" * lead + body + "#160;" * trail
+    spaces at either end as entity codes (Mermaid trims them, so ` 0` or `0` and a no-break
+    space would be drawn as `0`, the same as another name)."""
+    lead = next((i for i, c in enumerate(text) if not _trimmed(c)), len(text))
+    trail = next((i for i, c in enumerate(reversed(text)) if not _trimmed(c)), 0)
+    middle = text[lead : len(text) - trail]
+    body = "".join(f"#{ord(c)};" if c in _ESCAPED else c for c in middle)
+    return "".join(map(_kept, text[:lead])) + body + "".join(map(_kept, text[len(text) - trail :]))
 
 
 def _lines(lines: list[str]) -> str:
