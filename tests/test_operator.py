@@ -240,3 +240,22 @@ def test_no_act_no_read(tmp_path: Path) -> None:
         store.close()
     assert record.steps_used == 5
     assert store.reads <= 2  # the catch-up at the start, and the first poll
+
+
+def test_a_long_runs_summary_counts_every_tool_call_not_only_those_the_record_lists(
+    tmp_path: Path,
+) -> None:
+    """The record keeps the last calls and counts the rest (`tool_calls_omitted`): `run`
+    and `show` once said "100 tool call(s)" for a run of 3,333."""
+    import attrs
+
+    from fsm_agent.cli.run_output import summary
+    from fsm_agent.runtime.record import HaltRecord
+
+    record = lab_run(tmp_path, [LOOKUP, {"final_answer": "found it"}])
+    assert isinstance(record, HaltRecord)
+    assert record.tool_calls_omitted == 0
+    listed = len(record.tool_calls)
+    longer = attrs.evolve(record, tool_calls_omitted=3233)
+    assert f" {listed + 3233} tool call(s)," in summary(longer)
+    assert f" {listed} tool call(s)," in summary(record)

@@ -43,7 +43,8 @@ def summary(record: HaltRecord) -> str:
         f"{'waiting' if waiting else 'halted'}: {record.halt_reason.value}"
         f" ({record.terminal_state})"
         f" after {record.steps_used}/{record.max_steps} steps,"
-        f" {len(record.tool_calls)} tool call(s), {record.meters.elapsed_ms} ms",
+        f" {len(record.tool_calls) + record.tool_calls_omitted} tool call(s),"
+        f" {record.meters.elapsed_ms} ms",
     ]
     if record.answer is not None:
         lines.append(f"answer: {record.answer}")
