@@ -61,7 +61,9 @@ def test_run_pages_wait_on_the_pool_while_the_list_reads_at_once(journal_file: P
         async with anyio.create_task_group() as tg:
             for _ in range(READERS + 2):  # more than the pool holds: two wait their turn
                 tg.start_soon(page)
-            await anyio.sleep(0.2)
+            with anyio.fail_after(WAIT_S):  # the pool is full: READERS pages inside at once
+                while inside < READERS:
+                    await anyio.sleep(0.01)
             with anyio.fail_after(5):  # the list is not held up by the pages
                 listed = await journal.read(lambda s: [r.run_id for r in s.list_runs(10)])
             release.set()
