@@ -350,13 +350,8 @@ class PostgresStore(RunLookup, RunChains):
         return codec.events(rows, self._error, base)
 
     def event_at(self, run_id: str, seq: int) -> Event | None:
-        sql = SELECT_EVENTS.replace("ORDER BY seq", "AND seq = %s")
-        rows = self._rows(sql, (run_id, seq))
-        if not rows:
-            self.get_run(run_id)  # RunNotFound if it is not there
-            return None
-        row = rows[0]
-        return codec.event(row, self._error, self._first_row(run_id) if row["seq"] else None)
+        found = self.events_between(run_id, seq, seq)
+        return found[0] if found else None
 
     def _first_row(self, run_id: str) -> Any:
         """The run's seq-0 `events` row (None when it has none)."""
