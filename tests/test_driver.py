@@ -279,5 +279,9 @@ def test_a_signal_noted_for_a_safe_point_the_run_never_reaches_is_sent_again(
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert stopped.value.signum == signal.SIGTERM
-    assert taken == ([signal.SIGTERM] if installed else [signal.SIGTERM, signal.SIGTERM])
+    if installed:  # the run's handler took it first: the caller's sees only the one sent again
+        assert taken == [signal.SIGTERM]
+    else:  # the caller's handler raises wherever the main thread is: in the supervisor's wait
+        # (then it is sent again after the run) or outside it (then it goes straight out)
+        assert taken in ([signal.SIGTERM], [signal.SIGTERM, signal.SIGTERM])
     assert gate.received == (signal.SIGTERM if installed else None)
